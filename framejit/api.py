@@ -37,7 +37,8 @@ import torch
 from . import capture, config, versions
 from .backends import registry
 from .capture import (BackendCompilerFailed, CompileRequest, ConstraintViolationError, FrameHook, FramejitError,
-                      GraphBreak, Unsupported, clean_traceback, module_call, module_forward, stands_for_module_call)
+                      GraphBreak, Unsupported, clean_traceback, module_call, module_forward, module_instance_forward,
+                      stands_for_module_call)
 
 
 def compile(model: Callable | None = None, *, backend: str | Callable = "eager", fullgraph: bool = False,
@@ -165,7 +166,7 @@ def _compile_module(module: torch.nn.Module, request: CompileRequest, share: boo
                                        f"arguments are unknown")
         return _compiled_from_pickle, (type(self)._orig_mod, request.compile_args)
 
-    namespace = {"__call__": __call__, "forward": _compiled_forward(cls, request), "__deepcopy__": __deepcopy__,
+    namespace = {"__call__": __call__, "forward": _CompiledForward(cls, request), "__deepcopy__": __deepcopy__,
                  "__copy__": __copy__, "__reduce_ex__": __reduce_ex__, "_orig_mod": module,
                  "_framejit_compiled": True, "_framejit_hook": shared, "__module__": cls.__module__,
                  "__qualname__": cls.__qualname__}
@@ -181,8 +182,12 @@ def _compile_module(module: torch.nn.Module, request: CompileRequest, share: boo
 # passes the bound method on). The compiled class's `forward` now calls the module's forward through a hook
 # of its own (module_frame.module_forward, made with the module's compile request): as `module.forward(x)` in
 # eager it runs no hooks. It carries the class forward's name and signature (`inspect.signature` of the bound
-# method names its parameters, which some callers read); a `forward` set on the instance still wins, as it
-# does on the original (the instance dict is shared).
+# method names its parameters, which some callers read). A `forward` set on the instance wins, as on the original
+# (the instance dict is shared), but it is compiled too: `forward` is a data descriptor on the compiled class
+# (`_CompiledForward`), which finds the instance's `forward` and calls it through a hook of
+# module_frame.module_instance_forward (hhuntHF6 MED-2: accelerate's `m.forward = partial(new_forward, m)`, then
+# `framejit.compile(m).forward(x)` ran eagerly, unlogged, where stock torch.compile captures one graph). Setting
+# and deleting `compiled.forward` write the instance dict as before.
 def _compiled_forward(cls: type, request: CompileRequest):
     hook = _hook(module_forward, request)
 
@@ -190,6 +195,45 @@ def _compiled_forward(cls: type, request: CompileRequest):
     def forward(self, *args, **kwargs):
         return hook(type(self)._orig_mod, *args, **kwargs)
     return forward
+
+
+class _CompiledForward:
+    """The compiled class's `forward` (NOTE [The forward of a compiled module]); traced code reads it as the
+    function it stands for, or the instance's `forward` (capture/descriptors.py)."""
+
+    framejit_compiled_forward = True
+
+    def __init__(self, cls: type, request: CompileRequest) -> None:
+        self.function = _compiled_forward(cls, request)
+        self.request = request
+        self.instance_hook: FrameHook | None = None
+        self.made: tuple = (None, None)  # (the instance forward, its compiled form): read twice, the same object
+
+    def __get__(self, obj: Any, objtype: type | None = None) -> Any:
+        if obj is None:
+            return self.function
+        own = obj.__dict__.get("forward", _CompiledForward)
+        if own is _CompiledForward:
+            return types.MethodType(self.function, obj)
+        if self.made[0] is own:
+            return self.made[1]
+        if self.instance_hook is None:
+            self.instance_hook = _hook(module_instance_forward, self.request)
+        hook, module = self.instance_hook, type(obj)._orig_mod
+
+        def forward(*args, **kwargs):
+            return hook(module, *args, **kwargs)
+        functools.update_wrapper(forward, own)  # its signature (`__wrapped__`) and name are the instance forward's
+        self.made = (own, forward)
+        return forward
+
+    def __set__(self, obj: Any, value: Any) -> None:
+        obj.__dict__["forward"] = value
+
+    def __delete__(self, obj: Any) -> None:
+        if "forward" not in obj.__dict__:
+            raise AttributeError("forward")
+        del obj.__dict__["forward"]
 
 
 # NOTE [Compiled modules of one class share their code]: every compiled module's frame is `module_call(module,

@@ -14,8 +14,9 @@ here, and nothing else of capture's internals or module-level state is theirs to
   `uncall_directly(hook)`: NOTE [Frame readers called directly] (frame_locals.py).
 - Tracebacks and module calls: `clean_traceback(exc)` drops framejit's own frames from an exception that
   leaves a compiled call (NOTE [Tracebacks past the hook] in user_tracebacks.py); `stands_for_module_call(code)`
-  marks a code whose frame stands for torch's module-call frames; `module_forward`: the function a compiled
-  module's `forward` attribute runs through (module_frame.py).
+  marks a code whose frame stands for torch's module-call frames; `module_forward` / `module_instance_forward`:
+  the functions a compiled module's `forward` attribute runs through, without or with a `forward` set on the
+  instance (module_frame.py).
 
 NOTE [Light capture package]: the names are resolved on first use (PEP 562 `__getattr__`), as in
 framejit/__init__.py, so importing one submodule (`framejit.capture.normalize`, `.breaks`) does not import
@@ -34,7 +35,8 @@ _LAZY = {
     "FramejitError": ".breaks", "GraphBreak": ".breaks", "Unsupported": ".breaks",
     "BackendCompilerFailed": ".backend_call", "DimRange": ".shapes", "ConstraintViolationError": ".shapes",
     "call_frame_reader_directly": ".frame_locals", "uncall_directly": ".frame_locals",
-    "module_forward": ".module_frame", "stands_for_module_call": ".user_tracebacks",
+    "module_forward": ".module_frame", "module_instance_forward": ".module_frame",
+    "stands_for_module_call": ".user_tracebacks",
 }
 
 

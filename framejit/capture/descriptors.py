@@ -15,7 +15,7 @@ import torch
 
 from . import lookup
 from .breaks import BreakKind, Unsupported, UserException
-from .sources import AttrSource, ObjectSource, Ref
+from .sources import AttrSource, ItemSource, ObjectSource, Ref
 from .values import (BoundMethodValue, BuiltinValue, ClassValue, NewObjectValue, NNModuleValue, ObjectValue,
                      UserFunctionValue, Value)
 from .values.builder import wrap, wrap_unguarded
@@ -69,6 +69,8 @@ def method_kind(tx, attr: Any, refuse: bool = False) -> type | None:
 
 
 def descriptor_attr(tx, obj: Value, name: str, attr: Any) -> Value:
+    if getattr(type(attr), "framejit_compiled_forward", False):
+        return _compiled_forward(tx, obj, attr)
     fget = plain_property_fn(tx, attr, "__get__")
     if fget is not None:
         return getter_call(tx, UserFunctionValue(fget), [obj])
@@ -94,6 +96,23 @@ def descriptor_attr(tx, obj: Value, name: str, attr: Any) -> Value:
     if got is not None:
         return got
     raise Unsupported(BreakKind.UNSUPPORTED_ATTRIBUTE, f"descriptor {type(attr).__name__} for {name!r}")
+
+
+def _compiled_forward(tx, obj: Value, attr: Any) -> Value:
+    """`compiled_module.forward` read in traced code: the compiled class's data descriptor (NOTE [The forward of a
+    compiled module] in api.py) stands for a function class attribute, which the instance dict shadows; either is
+    inlined when called, as the hook it reaches would trace it."""
+    from .values.builder import instance_dict
+    real = getattr(obj, "obj", None)
+    if real is None or any(tx.output.side_effects.attr(o, "forward") is not None for o in (real, type(real)._orig_mod)):
+        raise Unsupported(BreakKind.UNSUPPORTED_ATTRIBUTE, "the forward of a compiled module stored while tracing")
+    own = instance_dict(real) or {}
+    if "forward" not in own:
+        lookup.guard_not_in_instance(tx.output, obj.source, real, "forward")
+        return BoundMethodValue(UserFunctionValue(attr.function), obj)
+    if obj.source is None:
+        return wrap_unguarded(own["forward"])
+    return wrap(tx.output, own["forward"], ItemSource(lookup.instance_dict_source(obj.source, real), "forward"))
 
 
 # NOTE [Unset slots]: a `__slots__` entry never assigned (or deleted) raises AttributeError when read, and

@@ -709,12 +709,12 @@ def _example_inputs(guard, sources, namespace, args, kwargs) -> list:
 # ---- the store ---------------------------------------------------------------------------------------
 def store_key(fn: types.FunctionType, args: tuple, request) -> str | None:
     from ..cache import cache_key
-    from .module_frame import module_call, module_forward
+    from .module_frame import module_call, module_forward, module_instance_forward
 
     if request.artifacts is None:
         return None
     owner = f"{fn.__module__}.{fn.__qualname__}"
-    if fn in (module_call, module_forward) and args:
+    if fn in (module_call, module_forward, module_instance_forward) and args:
         owner += f"[{type(args[0]).__module__}.{type(args[0]).__qualname__}]"
     options = repr(sorted((request.options or {}).items()))
     return cache_key(kind="frame", format=FORMAT, owner=owner, code=code_hash(fn.__code__),
