@@ -47,6 +47,15 @@ def eager_only_reason(gm: torch.fx.GraphModule) -> str | None:
     return None
 
 
+def higher_order_reason(gm: torch.fx.GraphModule) -> str | None:
+    """A higher-order op in `gm` (flex_attention, NOTE [Flex attention in the graph]: its score_mod and mask_mod
+    are GraphModules it vmaps), which a backend without a lowering for it runs as torch runs it, or None."""
+    for node in gm.graph.nodes:
+        if node.op == "call_function" and isinstance(node.target, torch._ops.HigherOrderOperator):
+            return f"the graph calls torch.ops.higher_order.{node.target.name()}, which this backend does not lower"
+    return None
+
+
 def refuse_eager_only(gm: torch.fx.GraphModule) -> None:
     """Raises RuntimeError (the reason) where a node of `gm` must run as torch runs it."""
     reason = eager_only_reason(gm)

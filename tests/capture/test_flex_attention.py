@@ -11,6 +11,7 @@ captured bias that requires grad does get gradients, compared here.
 """
 from __future__ import annotations
 
+import logging
 import warnings
 
 import pytest
@@ -221,3 +222,22 @@ def test_data_dependent_mod_is_a_break():
         warnings.simplefilter("ignore")
         run_differential(threshold, lambda seed: _qkv(8), fullgraph=False)  # both raise torch's own error
         _break_at_the_call(threshold, _qkv(8), "Tensor.item()")
+
+
+def test_backends_run_the_op_as_torch_and_say_so(monkeypatch, caplog):
+    """triton runs a graph holding the op eagerly and says which op (before: it failed inside its lowering,
+    "'<lambda>' object has no attribute 'shape'", and logged that); onnxrt runs the op in eager torch (its node,
+    or the graph where the op's autograd cannot be traced to aten) and logs it."""
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    for backend, expected in (("triton", ("torch.ops.higher_order.flex_attention, which",)),
+                              ("onnxrt", ("runs in eager torch", "runs eagerly"))):
+        framejit.set_logs("eager_fallback")
+        caplog.clear()
+        try:
+            with caplog.at_level(logging.INFO, logger="framejit"):
+                run_differential(bias_table, lambda seed: (*_qkv(16), torch.randn(HEADS, 16)), backend=backend,
+                                 atol=1e-5, rtol=1e-5)
+        finally:
+            framejit.set_logs("")
+        messages = [r.getMessage() for r in caplog.records if r.name == "framejit.eager_fallback"]
+        assert any(e in m for m in messages for e in expected), (backend, messages)

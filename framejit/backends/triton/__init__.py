@@ -37,6 +37,7 @@ from framejit.backends.float_inputs import compile_with_float_tensors
 from framejit.backends.size_floats import compile_with_size_floats
 from framejit.backends.eager_raises import batch_norm_dtypes_rejected
 from framejit.backends.state import eager_only_reason, enters_inference_mode, leaves_inference_mode, off_device_outputs, switches_grad_on
+from framejit.backends.state import higher_order_reason
 
 from ...grad_mode import grad_mode
 from . import lowering_pointwise, lowering_reductions  # noqa: F401  (register lowerings)
@@ -124,7 +125,7 @@ def _compile(gm: torch.fx.GraphModule, example_inputs, opts: dict, options: dict
     if problem is None and changes_metadata_in_place(gm):
         problem = "the graph changes a tensor's shape or strides in place (x.t_()); eager does that exactly"
     if problem is None:  # NOTE [Calls that run as torch runs them] in backends/state.py
-        problem = eager_only_reason(gm)
+        problem = eager_only_reason(gm) or higher_order_reason(gm)
     if problem is None and enters_inference_mode(gm):
         problem = "the graph enters torch.inference_mode() (its outputs must be inference tensors, as in eager)"
     if problem is None and leaves_inference_mode(gm):  # NOTE [Graphs that leave inference mode] in state.py
