@@ -81,8 +81,18 @@ def _rebuildable(value: IteratorValue, drawn_ok: bool) -> bool:
     if isinstance(value, LazyGeneratorValue) and (value.started or value.finished) and \
             (not drawn_ok or getattr(value, "steps_changed", False)):
         return False  # a lazy one whose steps ran in the trace (a combinator's: only steps that changed nothing)
+    if _made_defaults(value.gen_call[0]):
+        return False
     records = value.gen_out.__dict__.get("random_run_aheads", ())
     return not any(getattr(r, "iterator", None) is value for r in records)
+
+
+def _made_defaults(fn: Value) -> bool:
+    """NOTE [Defaults made in the frame]: a default the trace made (`def gen(t, out=acc)` over a list made in the
+    frame) is no outside object, so a run ahead's write through it is no recorded effect: rebuilding the generator
+    by its call would run that write again after the graph (revAQ HIGH-1). Only constant defaults are rebuilt."""
+    defaults = list(getattr(fn, "defaults", None) or ()) + list((getattr(fn, "kwdefaults", None) or {}).values())
+    return any(not isinstance(d, ConstantValue) for d in defaults)
 
 
 def call_parts(value: Value, drawn_ok: bool = False) -> list[Value]:

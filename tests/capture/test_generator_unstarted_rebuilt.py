@@ -154,3 +154,39 @@ def _check_not_rebuilt():
             OUTSIDE_IT = iter([1, 2, 3])
             actual = _drain(compiled(t.clone()))
             assert_same(actual, expected)
+
+
+def _made_default_list(x):
+    acc = []
+
+    def gen(t, out=acc):  # the run ahead's append reaches a list the frame made, through a default
+        out.append(len(out))
+        yield t + len(out)
+
+    return gen(x), acc
+
+
+def _made_kwdefault_dict(x):
+    acc = {"n": 0}
+
+    def gen(t, *, out=acc):
+        out["n"] += 1
+        yield t * out["n"]
+
+    return gen(x), acc
+
+
+def test_a_generator_writing_a_default_the_frame_made_runs_its_body_once():
+    """revAQ HIGH-1: the generator was rebuilt by its call while the run ahead's write through the default was
+    replayed too: the list held [0] right after the call (eager: []) and [0, 1] after draining (eager: [0])."""
+    for fn in (_made_default_list, _made_kwdefault_dict):
+        compiled = framejit.compile(fn, backend="eager")
+        for n in (2, 3, 3):
+            x = torch.randn(n)
+            runs = []
+            for call in (fn, compiled):
+                g, acc = call(x)
+                before = repr(acc)
+                runs.append((before, list(g), repr(acc)))
+            assert runs[1][0] == runs[0][0] and runs[1][2] == runs[0][2], (fn.__name__, runs)
+            assert_same(runs[1][1], runs[0][1])
