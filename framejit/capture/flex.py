@@ -198,6 +198,8 @@ def _trace_mod(tx, fn: Value, q: TensorValue, kind: str) -> tuple:
     if not isinstance(result, TensorValue):
         _break(f"its {kind} returns something other than a tensor")
     region, externals = _region(output.graph, before, slots, [result.node])
+    if any(_writes(node) for node in region):  # NOTE [Writes inside flex_attention mods]
+        _break(f"its {kind} writes a tensor in place")
     for node in externals:
         if not isinstance(node.meta.get("val"), (torch.Tensor, torch.SymInt)):
             _break(f"its {kind} reads something other than tensors and sizes from outside")
@@ -206,6 +208,21 @@ def _trace_mod(tx, fn: Value, q: TensorValue, kind: str) -> tuple:
     for node in reversed(region):
         output.graph.erase_node(node)
     return body, externals
+
+
+# NOTE [Writes inside flex_attention mods]: the op runs a mod once per score (vmapped), so a write inside it
+# (`t.add_(1)` on a captured tensor) happens a number of times only the op's implementation decides, and the
+# subgraph's copy of the write was dropped (revAP H1: eager t=[1,1,1,1], the graph left t zero). Any in-place
+# node in a mod's region is a break: the call runs as Python, as eager.
+
+
+def _writes(node: torch.fx.Node) -> bool:
+    """`node` may write into a tensor (by name, as requests.writes_in_place; `operator.and_` is no write)."""
+    from .requests import writes_in_place
+    return writes_in_place(node) and not (node.op == "call_function" and node.target in _LOGICAL)
+
+
+_LOGICAL = (operator.and_, operator.or_, operator.not_)
 
 
 # NOTE [Subscripts in flex_attention mods]: a mod is traced inside a getitem-to-index block, as the op runs it,

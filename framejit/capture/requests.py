@@ -197,14 +197,16 @@ def rerun_state(gm: torch.fx.GraphModule | None, mutates_inputs: bool, restored:
 def mutates_in_place(gm: torch.fx.GraphModule) -> bool:
     """Some node of `gm` may write into a tensor, judged by name (for graphs whose inputs' mutations
     were not recorded: those loaded from the frame cache)."""
-    for node in gm.graph.nodes:
-        if node.op not in ("call_function", "call_method"):
-            continue  # a placeholder's target is its name (`L_x_`), which ends like an in-place op's
-        name = node.target if isinstance(node.target, str) else getattr(node.target, "__name__", "")
-        if (name.endswith("_") and not name.endswith("__")) or name in ("setitem", "__setitem__") or \
-                (name.startswith("__i") and name.endswith("__")) or "out" in node.kwargs:
-            return True
-    return False
+    return any(writes_in_place(node) for node in gm.graph.nodes)
+
+
+def writes_in_place(node: torch.fx.Node) -> bool:
+    """`node` may write into a tensor, judged by its target's name."""
+    if node.op not in ("call_function", "call_method"):
+        return False  # a placeholder's target is its name (`L_x_`), which ends like an in-place op's
+    name = node.target if isinstance(node.target, str) else getattr(node.target, "__name__", "")
+    return (name.endswith("_") and not name.endswith("__")) or name in ("setitem", "__setitem__") or \
+        (name.startswith("__i") and name.endswith("__")) or "out" in node.kwargs
 
 
 @dataclasses.dataclass

@@ -224,6 +224,24 @@ def test_data_dependent_mod_is_a_break():
         _break_at_the_call(threshold, _qkv(8), "Tensor.item()")
 
 
+def writes_its_table(q, k, v, table):
+    def score_mod(score, b, h, q_idx, kv_idx):
+        table.add_(1)
+        return score * table[h]
+    return flex_attention(q, k, v, score_mod=score_mod), table
+
+
+def test_a_mod_writing_a_captured_tensor_is_a_break():
+    """revAP H1: the write inside the mod was dropped from the graph (eager's table ends at ones, the compiled
+    one stayed zeros and scaled every score by 0); now the call is a break and runs as eager's."""
+    for length in (8, 8, 12):
+        q, k, v = _qkv(length)
+        want = writes_its_table(q, k, v, torch.zeros(HEADS))
+        got = framejit.compile(writes_its_table, backend="eager")(q, k, v, torch.zeros(HEADS))
+        assert_same(got, want)
+    _break_at_the_call(writes_its_table, (*_qkv(8), torch.zeros(HEADS)), "writes a tensor in place")
+
+
 def test_backends_run_the_op_as_torch_and_say_so(monkeypatch, caplog):
     """triton runs a graph holding the op eagerly and says which op (before: it failed inside its lowering,
     "'<lambda>' object has no attribute 'shape'", and logged that); onnxrt runs the op in eager torch (its node,
