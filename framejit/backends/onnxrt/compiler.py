@@ -98,13 +98,13 @@ _MAX_ATTEMPTS = 8
 # 45: hardsigmoid_backward multiplies by eager's float32 sixth (NOTE [Decompositions that follow eager's kernels]).
 # 46: bfloat16/float16 layer_norm, gelu and their backwards stay whole (NOTE [Reduced-precision kernels kept whole
 #     on CPU]); batch norms of dtypes eager rejects run eagerly (NOTE [Dtypes eager's batch norm rejects]).
-# 47: self-attention whose q, k and v are projections of one input as ORT's Attention (NOTE [Projections inside the
-#     attention op]).
+# 47: self-attention whose q, k and v project one input as ORT's Attention (NOTE [Projections inside the attention op]).
 # 48: eval-mode native_batch_norm as one BatchNormalization (NOTE [Eval batch norm as one op] in lowering.py).
 # 49: attention masked by a boolean -inf masked_fill/where in ORT's attention op, with an exact fallback (NOTE
 #     [Boolean masks as an additive bias] in attention_masks.py); split of q, k and v among the moves.
 # 50: split/chunk/unbind read piece by piece as one Split (NOTE [Splits as one multi-output Split] in splits.py).
-REVISION = 50
+# 51: returned views of temporaries run in torch, symbolic programs too (NOTE [Returned views stay views]).
+REVISION = 51
 
 
 @dataclasses.dataclass

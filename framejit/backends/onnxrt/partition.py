@@ -9,8 +9,8 @@ Invariants: the input GraphModule is not modified; `blocked` node names (nodes t
 translate or to load in ORT on an earlier attempt, each with the error it raised: the reason logged on
 `eager_fallback`) are always left to eager; a partition made only of
 free ops (views, getitem) is dissolved, since eager runs those without copying; every placeholder of a
-fused submodule carries the `meta["val"]` of the value that feeds it; a view that the graph returns and
-that aliases an input or another output stays in torch (NOTE [Returned views stay views]), and ops that may
+fused submodule carries the `meta["val"]` of the value that feeds it; a view that the graph returns
+stays in torch, over whatever it views (NOTE [Returned views stay views]), and ops that may
 run in ORT read their own copy of it (NOTE [Returned views read by ORT]).
 """
 from __future__ import annotations
@@ -79,21 +79,23 @@ ALIAS_REASON = "a view returned by the graph: it runs in torch so that it aliase
 # the input (and a graph break hands such views to the resume function, which may update them in place).
 # So the chain of view ops from that input or output to the returned value stays in the top graph and
 # runs in torch, where it makes a real view; the ops that compute the base may still run in ORT.
+# The same holds for a returned view of a temporary (`(x * 2)[::2]`, `(x + 1).expand(2, -1)`): eager
+# returns a view of the whole temporary, with its strides, offset and `_base` (`.view(-1)` raises,
+# `add_` on an expanded result raises). Static programs kept such chains in torch only where they fed no
+# ORT computation (NOTE [Copies stay in torch]), symbolic programs never: after an automatic dynamic
+# recompile the result came back as ORT's fresh contiguous copy (hhuntG6 H1). Every returned chain now
+# runs in torch, over the temporary computed by ORT.
 def aliased_output_views(graph: torch.fx.Graph) -> set[str]:
-    """Names of the view nodes that must run in torch for the graph's outputs to alias as in eager.
-    A `copy_` into an input counts as that input (backends/aliasing.py)."""
+    """Names of the view nodes that must run in torch for the graph's outputs to be views as in eager
+    (views of inputs, of other outputs, or of temporaries)."""
     output = next(n for n in graph.nodes if n.op == "output")
     leaves = [a for a in pytree.tree_leaves(output.args[0]) if isinstance(a, torch.fx.Node)]
-    observable = {n for n in graph.nodes if n.op == "placeholder" or (
-        n.target is torch.ops.aten.copy_.default and n.args[0].op == "placeholder")} | set(leaves)
     names: set[str] = set()
     for leaf in leaves:
-        chain, node = [], leaf
+        node = leaf
         while is_view(node):
-            chain.append(node)
+            names.add(node.name)
             node = node.args[0]
-        if chain and node in observable:
-            names.update(n.name for n in chain)
     return names
 
 
