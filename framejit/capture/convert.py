@@ -371,6 +371,8 @@ def _guard_function(fn: types.FunctionType, shape: FunctionShape, output) -> Gua
     from .shapes import marker_guards, shape_guards  # NOTE [Symbolic shapes]
     output.guards.extend(shape_guards(output))
     output.guards.extend(marker_guards(output))  # NOTE [Broken mark_dynamic contracts]
+    from .handler_reruns import rewind_guards  # NOTE [Rewound histories]
+    rewind_guards(output)
     guard = compile_guards(output.guards, shape.params_source(), output.names.namespace,
                            fn.__defaults__, fn.__kwdefaults__, name=f"guard_{fn.__code__.co_name}")
     guard.inlined_codes = frozenset(output.inlined_codes)  # NOTE [Disable after compiling] in hook.py

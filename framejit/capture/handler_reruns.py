@@ -39,12 +39,12 @@ its saved values back through a clone taken before the call with autograd on, so
 history before the call (the failed write's node is cut off: nothing reached only through it gets a
 gradient) and the rerun writes on that, as eager writes once. What stays different is the chain's shape:
 `grad_fn.next_functions` shows a CopyBackwards and a CloneBackward before the earlier history. A view (its
-base changes too) or a tensor that retains its grad cannot be rewound. A view traced as one breaks as before;
-a view that autograd tracks, traced as no view (view-ness is not guarded), fails the call's entry check before
-any op (NOTE [Entry checks]: the call reruns eagerly, exactly). A view that only the failed call made tracked
-(a zero buffer's slice written with projected keys) and a tensor that retains its grad get their values back
-only, as before: the failed write stays in their history, where the gradient it gets is zero (a known gap,
-logged on `eager_fallback`).
+base changes too) or a tensor that retains its grad cannot be rewound: their writes break as before, and the
+entry whose graph may rewind a written input guards it to be no view and not to retain its grad
+(`rewind_guards`; revAO: an offset-0 `buf[0]` passed the other guards, `retain_grad()` may come between calls,
+and values-only restore kept a failed `add_` in the history, counted twice by the gradient; a tracked view
+reran the whole frame eagerly on each call), so such a call retraces. The entry check on tracked views and
+the values-only restore in `_rewindable` stay as a last resort (logged on `eager_fallback`).
 """
 from __future__ import annotations
 
@@ -147,9 +147,10 @@ def note_op(out, target: Any, args: tuple, kwargs: dict, result: Any) -> None:
 def note_input_write(out, entry: Any, target: Any) -> None:
     """An op wrote the graph input `entry` (OutputGraph._check_input_mutation)."""
     fake = entry.value.fake
-    if fake.requires_grad and not fake.is_leaf and fake._is_view() or fake.layout is not torch.strided:
+    retains = isinstance(entry.tensor, torch.Tensor) and entry.tensor.retains_grad  # guarded: `rewind_guards`
+    if fake.requires_grad and not fake.is_leaf and (fake._is_view() or retains) or fake.layout is not torch.strided:
         _check(out, under_handler(out), f"in-place {getattr(target, '__name__', target)} writes "  # NOTE [Rewound
-               f"{entry.source.describe()}, a view or a sparse tensor that autograd tracks")  # histories]
+               f"{entry.source.describe()}, a view or a sparse tensor that autograd tracks, or one retaining its grad")
     from .graph_errors import METADATA_WRITES
     name = target if isinstance(target, str) else getattr(target, "__name__", "")
     if name in METADATA_WRITES:  # a snapshot cannot put a storage back: the rerun would apply it twice
@@ -157,6 +158,21 @@ def note_input_write(out, entry: Any, target: Any) -> None:
     elif _strided_view(out):  # NOTE: the write may land outside the input's region (review revA2 HIGH-3)
         _check(out, under_handler(out), f"in-place {name} writes {entry.source.describe()} in a graph with "
                "as_strided views, which may reach outside the region its snapshot covers")
+
+
+def rewind_guards(output) -> None:
+    """NOTE [Rewound histories]: a written input that `_rewind` may cut a failed write off (one autograd tracks
+    after the trace, traced as no view) is guarded to be no view and not to retain its grad, as traced: a call
+    with a view (`buf[0]` passes the other guards) or after `retain_grad()` retraces, and the write breaks."""
+    plan = restore_plan(output)
+    for i in plan[0] if plan is not None else ():
+        entry = output.inputs[i]
+        fake = getattr(entry.value, "fake", None)
+        if not isinstance(fake, torch.Tensor) or not fake.requires_grad or fake._is_view() or entry.source is None:
+            continue
+        e = entry.source.expr(output.names)
+        output.add_guard("TENSOR_HISTORY", f"not {e}._is_view() and not {e}.retains_grad", entry.source,
+                         expected="no view, not retaining its grad", actual=f"({e}._is_view(), {e}.retains_grad)")
 
 
 def _strided_view(out) -> bool:

@@ -118,15 +118,34 @@ def test_a_graph_failing_after_the_write_reruns_on_the_history_before_it(tracked
     assert backend.graph_count == (1 if tracked else 2)  # an untracked cache recompiles once it is tracked
 
 
-def test_a_tracked_view_traced_as_no_view_reruns_eagerly():
+class RunCounting(CountingBackend):
+    """Also counts the calls of its graphs (a call rerun eagerly from its entry check runs none)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.runs = 0
+
+    def __call__(self, gm: torch.fx.GraphModule, example_inputs: list):
+        forward = super().__call__(gm, example_inputs)
+
+        def run(*args):
+            self.runs += 1
+            return forward(*args)
+        return run
+
+
+def test_a_tracked_view_where_the_trace_saw_none_recompiles():
     """A view's write changes its base's history too, which the snapshot does not cover (the failed write's
-    CopySlices stayed in the base's history): the call whose written tracked input is a view where the trace saw
-    none reruns eagerly before any op."""
+    CopySlices stayed in the base's history). The entry traced with no view guards that its written input is none
+    (revAO MED-1: each view call failed the entry check and ran the whole frame eagerly, silently): the view
+    retraces once, its write breaks as before NOTE [Rewound histories], and every later call runs graphs."""
     framejit.reset()
-    backend = CountingBackend()
+    backend = RunCounting()
     compiled = framejit.compile(write_then_index, backend=backend)
-    for view in (False, True, False, True):
+    runs = []
+    for view in (False, True, False, True, True):
         seen = []
+        runs.append(-backend.runs)
         for fn in (write_then_index, compiled):
             w = torch.ones(3, requires_grad=True)
             base = torch.zeros(8, 3) * w
@@ -135,4 +154,62 @@ def test_a_tracked_view_traced_as_no_view_reruns_eagerly():
             (out.sum() + base.sum() + cache.sum()).backward()
             seen.append((out, cache.detach().clone(), cache._version, log, w.grad.clone(), _chain(base.grad_fn)))
         assert _same(*seen), seen
-    assert backend.graph_count == 1
+        runs[-1] += backend.runs
+    assert backend.graph_count == 3  # the first trace's graph; the view's: before the write, after it
+    assert all(runs), runs  # no call ran without its graphs
+
+
+def add_then_index(cache, p, x, idx, accumulate):
+    try:
+        cache.add_(p) if accumulate == "add" else cache.mul_(p)
+        return x[idx] + cache.sum()
+    except IndexError:
+        return cache.sum() * 3
+
+
+def _retaining_calls(fn, accumulate, retain_at):
+    """A non-leaf cache that retains its grad, from the start or only after the first call, written by an
+    accumulating op whose failed call must leave no trace in the history (revAO HIGH-1: the failed add_/mul_
+    stayed, p.grad counted it twice)."""
+    w = torch.tensor([1.0, 2.0, 3.0], requires_grad=True)
+    p = torch.tensor([0.5, 0.25, 1.5], requires_grad=True)
+    cache, outs = w * 2, []
+    for i, idx in enumerate((0, 7, 1, 9, 2, 8)):
+        if i == retain_at:
+            cache.retain_grad()
+        outs.append(fn(cache, p, torch.arange(3.0) + i, torch.tensor([idx]), accumulate))
+    (sum(o.sum() for o in outs) + (cache * torch.arange(3.0)).sum()).backward()
+    return outs, cache.detach().clone(), cache._version, w.grad.clone(), p.grad.clone(), cache.grad.clone()
+
+
+@pytest.mark.parametrize("retain_at", [0, 1, 3], ids=["before", "after_first", "after_a_failure"])
+@pytest.mark.parametrize("accumulate", ["add", "mul"])
+def test_a_cache_retaining_its_grad_keeps_eagers_history(accumulate, retain_at):
+    """`retain_grad()` cannot be rewound: the entry traced without it guards `retains_grad` (also when it is called
+    between calls), and the retrace breaks at the write as before NOTE [Rewound histories]."""
+    framejit.reset()
+    expected = _retaining_calls(add_then_index, accumulate, retain_at)
+    compiled = framejit.compile(add_then_index, backend=CountingBackend())
+    got = _retaining_calls(compiled, accumulate, retain_at)
+    assert _same(got, expected), (got, expected)
+
+
+def _offset0_view_calls(fn):
+    """An untracked view at offset 0 (`buf[0]`) passes the guards of an entry traced with a plain tensor; the
+    failed add_ of a tracked `p` makes it tracked (revAO HIGH-2: that CopySlices stayed in buf's history)."""
+    res = []
+    for view in (False, True, False, True):
+        p = torch.tensor([0.5, 0.25, 0.125], requires_grad=True)
+        buf = torch.zeros(4, 3)
+        v = buf[0] if view else torch.zeros(3)
+        outs = [fn(v, p, torch.arange(3.0), torch.tensor([idx]), "add") for idx in (7, 0, 9)]
+        (sum(o.sum() for o in outs) + (buf * torch.arange(12.0).view(4, 3)).sum() + v.sum()).backward()
+        res.append((outs, buf.detach().clone(), v.detach().clone(), v._version, p.grad.clone()))
+    return res
+
+
+def test_an_untracked_view_made_tracked_by_a_failed_write_keeps_eagers_history():
+    framejit.reset()
+    expected = _offset0_view_calls(add_then_index)
+    got = _offset0_view_calls(framejit.compile(add_then_index, backend=CountingBackend()))
+    assert _same(got, expected), (got, expected)
