@@ -24,6 +24,8 @@ original function (compiled by torch, the same values); stock torch.compile inli
 `_torchdynamo_inline`). So does framejit: the wrapper is guarded by identity and the function read is its
 `_torchdynamo_inline` attribute, when that is the original callable itself (not a wrapper torch made for
 error_on_graph_break) and the wrapper is not one of torch.compiler.disable (whose function must run as Python).
+A wrapper whose context is strict (fullgraph=True, error_on_graph_break) is not inlined: torch raises where its
+function breaks, and framejit's trace of it would not (revAQ MED-1); it runs as Python, as before.
 """
 from __future__ import annotations
 
@@ -39,11 +41,23 @@ def torch_compiled_original(out, obj: Any, source) -> Value | None:
     """The function a torch.compile wrapper `obj` compiles, read through it; else None."""
     inline = obj.__dict__.get("_torchdynamo_inline")
     if inline is None or inline is not obj.__dict__.get("_torchdynamo_orig_callable") or \
-            obj.__dict__.get("_torchdynamo_disable") or not callable(inline):
+            obj.__dict__.get("_torchdynamo_disable") or not callable(inline) or _strict(obj):
         return None
     from .values.builder import wrap
     out.guard_id(source, obj)
     return wrap(out, inline, AttrSource(source, "_torchdynamo_inline"))
+
+
+def _strict(wrapper: Any) -> bool:
+    """The wrapper's compile context raises where a graph breaks (fullgraph=True, error_on_graph_break, export),
+    or cannot be read: inlined, its function would run where eager raises (revAQ MED-1), so it runs as Python."""
+    code, cells = getattr(wrapper, "__code__", None), getattr(wrapper, "__closure__", None) or ()
+    names = code.co_freevars if code is not None else ()
+    context = next((c.cell_contents for n, c in zip(names, cells) if n == "self"), None)
+    if context is None or not hasattr(context, "fullgraph"):
+        return True
+    return bool(context.fullgraph or getattr(context, "error_on_graph_break", False) or
+                getattr(context, "export", False))
 
 
 def compiled_function(tx, fn: Value) -> Value | None:

@@ -220,3 +220,42 @@ def test_forward_of_a_compiled_module_whose_forward_is_a_static_or_class_method(
         x = torch.randn(2)
         _close(compiled(x), eager(x))
         _close(compiled.forward(x), eager.forward(x))
+
+
+def _branches_on_data(t):
+    if t.sum() > 4:
+        return t + 1
+    return t - 1
+
+
+def _branches_on_data_too(t):
+    if t.sum() > 4:
+        return t + 1
+    return t - 1
+
+
+def test_a_strict_torch_compiled_callee_raises_where_torch_does():
+    """revAQ MED-1: a torch.compile(fullgraph=True) function called from a framejit frame was inlined as its
+    original, so a data-dependent branch that torch refuses (eager raises Unsupported) returned a value. A strict
+    wrapper now runs as Python (torch compiles it, raising as eager); a plain wrapper is still inlined."""
+    strict = torch.compile(_branches_on_data, backend="eager", fullgraph=True)
+    plain = torch.compile(_branches_on_data_too, backend="eager")  # its own code: torch caches per code object
+
+    def calls_strict(x):
+        return strict(x) * 2
+
+    def calls_plain(x):
+        return plain(x) * 2
+
+    compiled_strict = framejit.compile(calls_strict, backend="eager")
+    compiled_plain = framejit.compile(calls_plain, backend="eager")
+    for n in (3, 3, 5):
+        x = torch.arange(float(n))
+        outcomes = []
+        for fn in (calls_strict, compiled_strict):
+            try:
+                outcomes.append(("value", fn(x)))
+            except Exception as error:  # torch's own Unsupported
+                outcomes.append(("raises", type(error).__name__, str(error).splitlines()[0]))
+        assert outcomes[0][0] == "raises" and outcomes[1] == outcomes[0]
+        torch.testing.assert_close(compiled_plain(x), calls_plain(x))
