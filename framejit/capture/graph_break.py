@@ -37,13 +37,13 @@ import functools
 import inspect
 import operator
 import types
-import warnings
 from typing import Any, Callable
 
 import torch
 import bytecode
 from bytecode import Instr, Label
 
+from .apply_at_break import routed_callee
 from .breaks import BreakKind, Unsupported
 from .context import ExitOnError, ExitValue, block_for, run_in_blocks
 from .frame_locals import emit_user_frame_call
@@ -62,7 +62,7 @@ from .graph_calls import note_loop_break
 from .kept_joints import is_speculated, settling
 from .lookup import module_call_default
 from .translator import LazyArg, RealCell
-from .values import (NULL, BoundMethodValue, BuiltinValue, CellValue, ConstantValue, IteratorValue, ListValue,
+from .values import (NULL, BoundMethodValue, CellValue, ConstantValue, IteratorValue, ListValue,
                      NNModuleValue, SequenceValue, TupleValue, UserFunctionValue, Value)
 
 class BreakCodegen:
@@ -397,11 +397,9 @@ class BreakCodegen:
         module with hooks, of `call_with_hooks` or `call_with_backward_hooks` (NOTE [Module hooks]).
         """
         function = callee.func if isinstance(callee, BoundMethodValue) else callee
-        if isinstance(callee, BuiltinValue) and callee.obj is _torch_checkpoint():
-            return self.hooks.checkpoint_through_hook(), None  # NOTE [Reentrant checkpoint at a break]
-        if isinstance(callee, BuiltinValue) and callee.obj is warnings.warn:
-            from .caller_frames import warn
-            return warn, None  # NOTE [Warnings past the hook]
+        routed = routed_callee(self.hooks, callee)  # checkpoint, warnings.warn, Function.apply (apply_at_break.py)
+        if routed is not None:
+            return routed
         if isinstance(function, UserFunctionValue) and logging_call(function.fn):
             return log, callee  # NOTE [Logging past the hook]
         if isinstance(function, UserFunctionValue) and (names_its_caller(function.fn) or modelled(function.fn)
@@ -794,7 +792,3 @@ def _at_line(cg: Codegen, start: int, inst: Inst) -> Codegen:
                 instr.lineno = inst.lineno
     return cg
 
-
-def _torch_checkpoint():
-    import torch.utils.checkpoint
-    return torch.utils.checkpoint.checkpoint

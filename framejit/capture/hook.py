@@ -652,6 +652,12 @@ class Hooks:
             run = function
         return checkpoint_at_break(run, function, args, kwargs)
 
+    def apply_through_hook(self, apply, *args, **kwargs):
+        """`apply(*args, **kwargs)` of a custom autograd Function with its forward through its frame hook
+        (NOTE [Custom Function forwards at breaks] in apply_at_break.py)."""
+        from .apply_at_break import apply_hooked
+        return apply_hooked(self, apply, args, kwargs)
+
     def call_hooked(self):
         """The call helper of loops run as Python (NOTE [Loops run as Python] in python_loops.py)."""
         if getattr(self, "_call_hooked", None) is None:

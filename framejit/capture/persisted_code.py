@@ -69,6 +69,9 @@ class Recorder:
         # NOTE [Reentrant checkpoint at a break] (hook.py); self.hooks is convert._BoundHooks
         return self._note(self.hooks.hooks.checkpoint_through_hook, ("checkpoint_through_hook",))
 
+    def apply_through_hook(self):  # NOTE [Custom Function forwards at breaks] in apply_at_break.py
+        return self._note(self.hooks.hooks.apply_through_hook, ("apply_through_hook",))
+
     def resume(self, code, index, layout, names, hooked=True, successors=(), python_loop=None, cells=()):
         # NOTE [Persisted loops run as Python]: the tail function of a loop run as Python is described by
         # its loop (FOR_ITER index, the hooked resume function after the loop, that one's stack layout);
@@ -249,6 +252,8 @@ def _load_const(d: tuple, fn: types.FunctionType, compiled: Any, hooks) -> Any:
         return hooks.call_through_hook
     if kind == "checkpoint_through_hook":
         return hooks.checkpoint_through_hook
+    if kind == "apply_through_hook":
+        return hooks.apply_through_hook
     if kind == "comprehension_call":
         from .python_loops import comprehension_caller
         return comprehension_caller(hooks.call_hooked())
