@@ -190,3 +190,31 @@ def test_a_generator_writing_a_default_the_frame_made_runs_its_body_once():
                 runs.append((before, list(g), repr(acc)))
             assert runs[1][0] == runs[0][0] and runs[1][2] == runs[0][2], (fn.__name__, runs)
             assert_same(runs[1][1], runs[0][1])
+
+
+def _reads_box(box):
+    for v in box[0]:
+        yield v
+
+
+def _zip_over_an_iterator_made_after_the_call(x):
+    box = [None]
+    g = _reads_box(box)
+    it = iter([1, 2, 3])
+    box[0] = it
+    return zip(range(2), g), it, x + 1
+
+
+def test_a_step_drawing_an_iterator_the_frame_made_after_the_call_keeps_it_drawn_once():
+    """revAQ HIGH-0: the zip's first-row step drew `it` (made after the generator's call) in the trace and the
+    rebuilt generator drew it again after the graph: reading `it` first gave [3] where eager gives [1, 2, 3];
+    draining the zip first gave [(0, 3)] where eager gives [(0, 1), (1, 2)]."""
+    compiled = framejit.compile(_zip_over_an_iterator_made_after_the_call, backend="eager")
+    for n, zip_first in ((2, False), (3, True), (3, False)):
+        x = torch.randn(n)
+        runs = []
+        for call in (_zip_over_an_iterator_made_after_the_call, compiled):
+            z, it, y = call(x)
+            runs.append((list(z), list(it), y) if zip_first else (list(it), list(z), y))
+        assert runs[1][:2] == runs[0][:2]
+        assert_same(runs[1][2], runs[0][2])

@@ -173,10 +173,25 @@ _SERIALS = itertools.count()
 _STEPPED = [math.inf]
 
 
+_STEPPED_ALL: list = []  # the serials stepped under each watch_all_steps, innermost last
+
+
 def note_step(iterator: Any) -> None:
     serial = -1 if getattr(iterator, "source", None) is not None else getattr(iterator, "serial", -1)
     if serial < _STEPPED[0]:
         _STEPPED[0] = serial
+    for stepped in _STEPPED_ALL:
+        stepped.add(serial)
+
+
+def watch_all_steps(run: Any) -> tuple[Any, set]:
+    """`run()`, and the serials of every iterator stepped while it ran."""
+    stepped: set = set()
+    _STEPPED_ALL.append(stepped)
+    try:
+        return run(), stepped
+    finally:
+        _STEPPED_ALL.remove(stepped)
 
 
 def next_serial() -> int:
