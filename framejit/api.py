@@ -219,11 +219,7 @@ class _CompiledForward:
             return self.made[1]
         if self.instance_hook is None:
             self.instance_hook = _hook(module_instance_forward, self.request)
-        hook, module = self.instance_hook, type(obj)._orig_mod
-
-        def forward(*args, **kwargs):
-            return hook(module, *args, **kwargs)
-        functools.update_wrapper(forward, own)  # its signature (`__wrapped__`) and name are the instance forward's
+        forward = _InstanceForward(own, self.instance_hook, type(obj)._orig_mod)
         self.made = (own, forward)
         return forward
 
@@ -234,6 +230,41 @@ class _CompiledForward:
         if "forward" not in obj.__dict__:
             raise AttributeError("forward")
         del obj.__dict__["forward"]
+
+
+class _InstanceForward:
+    """A compiled module's instance `forward` as `compiled.forward` reads it: a call goes through the hook; every
+    other attribute (`func`, `keywords`, `__self__`, a callable object's own state, `__signature__` through
+    `__wrapped__`) is read and written on the instance forward itself, and it compares equal to it (revAP H3:
+    a copy of its attributes made once went stale; L1: `.func`, `.__self__`, `==` differed)."""
+
+    __slots__ = ("__wrapped__", "_hook", "_module")
+
+    def __init__(self, own: Any, hook: Any, module: Any) -> None:
+        object.__setattr__(self, "__wrapped__", own)
+        object.__setattr__(self, "_hook", hook)
+        object.__setattr__(self, "_module", module)
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return self._hook(self._module, *args, **kwargs)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.__wrapped__, name)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        setattr(self.__wrapped__, name, value)
+
+    def __delattr__(self, name: str) -> None:
+        delattr(self.__wrapped__, name)
+
+    def __eq__(self, other: Any) -> bool:
+        return self.__wrapped__ == (other.__wrapped__ if isinstance(other, _InstanceForward) else other)
+
+    def __hash__(self) -> int:
+        return hash(self.__wrapped__)
+
+    def __repr__(self) -> str:
+        return repr(self.__wrapped__)
 
 
 # NOTE [Compiled modules of one class share their code]: every compiled module's frame is `module_call(module,

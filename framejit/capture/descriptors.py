@@ -15,7 +15,7 @@ import torch
 
 from . import lookup
 from .breaks import BreakKind, Unsupported, UserException
-from .sources import AttrSource, ItemSource, ObjectSource, Ref
+from .sources import AttrSource, ObjectSource, Ref
 from .values import (BoundMethodValue, BuiltinValue, ClassValue, NewObjectValue, NNModuleValue, ObjectValue,
                      UserFunctionValue, Value)
 from .values.builder import wrap, wrap_unguarded
@@ -110,9 +110,8 @@ def _compiled_forward(tx, obj: Value, attr: Any) -> Value:
     if "forward" not in own:
         lookup.guard_not_in_instance(tx.output, obj.source, real, "forward")
         return BoundMethodValue(UserFunctionValue(attr.function), obj)
-    if obj.source is None:
-        return wrap_unguarded(own["forward"])
-    return wrap(tx.output, own["forward"], ItemSource(lookup.instance_dict_source(obj.source, real), "forward"))
+    raise Unsupported(BreakKind.UNSUPPORTED_ATTRIBUTE, "the instance forward of a compiled module, read through "
+                      "it: the call runs as Python (through its own hook)")  # revAP H2: `is`/`==` as eager's read
 
 
 # NOTE [Unset slots]: a `__slots__` entry never assigned (or deleted) raises AttributeError when read, and

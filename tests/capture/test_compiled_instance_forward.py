@@ -87,8 +87,8 @@ def test_the_instance_forward_of_a_compiled_module_is_compiled():
     for x, kwargs in _inputs()[:2]:
         assert torch.equal(compiled.forward(x, **kwargs), eager.forward(x, **kwargs))
     assert backend.graph_count > graphs
-    # traced code reading `compiled_child.forward` gets the class's forward, or the instance's once one is set (a
-    # guarded change: the entry recompiles), inlined: 3 graphs as stock torch.compile, no break
+    # traced code reading `compiled_child.forward` gets the class's forward, inlined; once an instance forward is
+    # set (a guarded change: the entry recompiles) the read is a break (revAP H2: eager reads the compiled wrapper)
     framejit.reset()
     eager, twin = _twins()
     backend = CountingBackend()
@@ -98,9 +98,9 @@ def test_the_instance_forward_of_a_compiled_module_is_compiled():
         if step == 2:
             _hooked(eager), _hooked(twin)
         assert torch.equal(compiled(x), plain(x)), step
-    assert backend.graph_count == 3
+    assert backend.graph_count == 4  # stock: 3; the instance forward read through the compiled child is a break
     report = framejit.explain(compiled)(torch.randn(2, 4))
-    assert report.graph_break_count == 0, report.break_reasons
+    assert report.graph_break_count == 1 and "instance forward" in str(report.break_reasons), report.break_reasons
 
 
 def test_a_compiled_forward_set_as_the_instance_forward_traces_no_framejit_code():
@@ -116,3 +116,44 @@ def test_a_compiled_forward_set_as_the_instance_forward_traces_no_framejit_code(
     assert backend.graph_count == 4
     report = framejit.explain(twin.forward)(torch.randn(2, 4))
     assert (report.graph_count, report.graph_break_count) == (1, 0), report.break_reasons
+
+
+class _Scaled:
+    """A callable object set as the instance forward, with its own state."""
+
+    def __init__(self, module, k):
+        self.module, self.k = module, k
+
+    def __call__(self, x):
+        return self.module.lin(x) * self.k
+
+
+def test_the_instance_forward_read_through_the_compiled_module_is_the_instance_forwards_state():
+    """revAP H3/L1: `compiled.forward` was a copy of the instance forward's attributes made once: `c.forward.k = 5`
+    set the copy, the calls kept k=2; `.func`/`==` differed from eager's. Now its attributes are the instance
+    forward's own, and it compares equal to it."""
+    eager, twin = _twins()
+    eager.forward, twin.forward = _Scaled(eager, 2.0), _Scaled(twin, 2.0)
+    compiled = framejit.compile(twin, backend=CountingBackend())
+    for k, n in ((3.0, 2), (5.0, 3), (7.0, 3)):
+        x = torch.randn(n, 4)
+        eager.forward.k = k
+        compiled.forward.k = k
+        torch.testing.assert_close(compiled.forward(x), eager.forward(x))
+        assert compiled.forward.k == twin.forward.k == k and compiled.forward == twin.forward
+
+
+def _probe(module):
+    f = module.forward
+    return f == module.__dict__["forward"], hasattr(f, "func"), getattr(f, "keywords", None)
+
+
+def test_traced_code_reads_the_compiled_modules_instance_forward_as_eager():
+    """revAP H2: traced code read `compiled.forward` as the instance dict's partial, eager as the compiled
+    wrapper: `f is m.forward`-style probes differed. The read is now a break, the step reading it as eager."""
+    eager, twin = _twins()
+    compiled = framejit.compile(twin, backend="eager")
+    twin.forward = functools.partial(Net.forward, twin, scale=2.0)
+    probe = framejit.compile(_probe, backend="eager")
+    for _ in range(3):
+        assert probe(compiled) == _probe(compiled) == (True, True, {"scale": 2.0})
