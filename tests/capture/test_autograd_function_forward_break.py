@@ -178,3 +178,44 @@ def test_a_class_with_init_subclass_runs_plain_and_is_recorded():
     assert Registering.registered == registered  # no subclass was made behind the user's back
     records = capture.eager_frames_since(before)
     assert any("__init_subclass__" in r["reason"] and r["function"] == "Sub.forward" for r in records)
+
+
+class Counted(torch.autograd.Function):
+    """Its forward breaks (a print) and its values depend on the class identities eager gives."""
+
+    calls = 0
+
+    @staticmethod
+    def forward(ctx, x):
+        print("forward", x.shape[0])
+        own = isinstance(ctx, Counted._backward_cls)
+        return x * (2 if own else -7)
+
+    @staticmethod
+    def backward(ctx, grad):
+        ctx._forward_cls.calls += 1
+        return grad * (2 if type(ctx) is Counted._backward_cls and ctx._forward_cls is Counted else -15)
+
+
+def _counted(x):
+    y = Counted.apply(x)
+    return y * (1 if isinstance(y.grad_fn, Counted._backward_cls) and not Counted.__subclasses__() else 5)
+
+
+def test_the_function_class_is_the_users_own_in_forward_backward_and_grad_fn(capsys):
+    """revAR HIGH-1: the forward ran through a subclass of the user's Function, so `type(ctx)`, `y.grad_fn`'s
+    class and `ctx._forward_cls` were the subclass's: code testing them gave other values and gradients, and
+    `ctx._forward_cls.calls += 1` wrote the subclass. Now the class's own forward is swapped for the apply."""
+    compiled = framejit.compile(_counted, backend="eager")
+    for n in (3, 3, 5):
+        x = torch.randn(n)
+        runs = []
+        for fn in (_counted, compiled):
+            before = Counted.calls
+            runs.append((*_run(fn, x), Counted.calls - before, capsys.readouterr().out))
+        (out, grad, name, calls, printed), (w_out, w_grad, w_name, w_calls, w_printed) = runs[1], runs[0]
+        torch.testing.assert_close(out, w_out)
+        torch.testing.assert_close(grad, w_grad)
+        assert (name, calls, printed) == (w_name, w_calls, w_printed)
+    assert isinstance(vars(Counted)["forward"], staticmethod) and vars(Counted)["forward"].__func__.__name__ == "forward"
+    assert Counted.forward.__code__.co_filename == __file__  # the user's own forward, put back after each apply
