@@ -72,18 +72,7 @@ def typed_items(value: Any) -> bool:
 
 def exact_key(key: Any) -> bool:
     """The keys guard compares `key` by `same_key` (NOTE [Exact keys decided when the guard is built])."""
-    return has_zero(key) or typed_items(key) or _by_parts(key) is not None
-
-
-def _by_parts(value: Any) -> Any:
-    """NOTE [Immutable values as dict keys] (capture/values/immutable_keys.py): what tells apart keys that `==`
-    equates: a frozenset's items with their types in iteration order ({1} == {True}; equal frozensets may
-    iterate differently), a range's start, stop and step (range(0) == range(5, 5)); None for other values."""
-    if type(value) is frozenset:
-        return [(type(v), v) for v in value]
-    if type(value) is range:
-        return (value.start, value.stop, value.step)
-    return None
+    return has_zero(key) or typed_items(key)
 
 
 def same_key(expected: Any, value: Any) -> bool:
@@ -93,8 +82,6 @@ def same_key(expected: Any, value: Any) -> bool:
     if isinstance(expected, tuple):
         return len(value) == len(expected) and (type(expected) is tuple or value == expected) and \
             all(map(same_key, expected, value))
-    if (parts := _by_parts(expected)) is not None:
-        return value == expected and _by_parts(value) == parts
     return same_constant(expected, value)
 
 

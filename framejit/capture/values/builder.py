@@ -35,7 +35,6 @@ from .callables import BoundMethodValue, BuiltinValue, PartialValue, TensorMetho
 from .containers import DictValue, ListValue, SetValue, TupleValue
 from .objects import ClassValue, NNModuleValue, ObjectValue, PyModuleValue
 from .plain_bases import plain_namedtuple
-from .immutable_keys import guard_key_classes as _guard_key_classes, immutable_key as _immutable_key, wrap_immutable
 from .iterator_wrap import (_LIST_ITERATOR, _LIST_REVERSE_ITERATOR, _SEQUENCE_ITERATORS, _wrap_list_iterator,
                             _wrap_list_reverse_iterator, _wrap_sequence_iterator)
 
@@ -305,8 +304,15 @@ def _wrap_callable_or_object(out, obj: Any, source: Source) -> Value:
         # `_sentinel` defaults) has no state but its identity: guarded by identity, compared with `is`.
         out.guard_id(source, obj)
         return ObjectValue(obj, source)
-    if (constant := wrap_immutable(out, obj, source)) is not None:  # NOTE [Ranges from outside], [Immutable ..]
-        return constant
+    if type(obj) is range:
+        # NOTE [Ranges from outside]: a range is immutable; one live at a graph break (`r = range(n)` before a
+        # print(), random.sample's `population`) is a constant of the resume function, guarded by its type and
+        # its start, stop and step (== on ranges compares their items: range(0) == range(5, 5)). It was
+        # "L['r'] is a range", and the resume function ran wholly eagerly.
+        out.guard_type(source, range)
+        for part in ("start", "stop", "step"):
+            out.guard_constant(AttrSource(source, part), getattr(obj, part))
+        return ConstantValue(obj, source)
     if type(obj) is slice and all(type(p) in (int, bool, type(None)) for p in (obj.start, obj.stop, obj.step)):
         from .containers import outside_slice
         return outside_slice(out, obj, source)  # NOTE [Slices from outside] in values/containers.py
@@ -425,8 +431,6 @@ def _constant_key(key: Any) -> bool:
         return all(_constant_key(k) for k in key)
     if type(key) is float:
         return key == key
-    if (immutable := _immutable_key(key, _constant_key)) is not None:  # NOTE [Immutable values as dict keys]
-        return immutable
     return type(key) in _KEY_SCALARS or isinstance(key, enum.Enum) or _class_key(key) or _function_key(key) or \
         value_key_fields(key) is not None
 
@@ -529,8 +533,6 @@ def _wrap_dict(out, obj: dict, source: Source) -> Value:
     if not all(_constant_key(k) or type(k) in (torch.Tensor, torch.nn.Parameter) or identity_hashed(k) for k in keys):
         raise Unsupported(BreakKind.UNSUPPORTED_VALUE, f"dict {source.describe()} has non-constant keys")
     out.guard_type(source, type(obj))
-    for k in keys:
-        _guard_key_classes(out, k)  # NOTE [Immutable values as dict keys]
     e = source.expr(out.names)
     if all(_literal_key(k) for k in keys):
         out.add_guard("DICT_KEYS", f"___list({e}) == {keys!r}" + (f" and ___len({e}) == {len(keys)}" if ordered else ""),
