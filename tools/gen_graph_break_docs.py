@@ -77,9 +77,8 @@ framejit.compile(fn, fullgraph=True)(torch.randn(3))
 """,
     BreakKind.EXCEPTION_RAISED: _PRELUDE + """\
 def fn(x):
-    if x.dim() == 1:
-        raise  # a bare raise, with no exception being handled
-    return x
+    rows, cols = x.shape  # a 1-D input: not enough values to unpack
+    return x.reshape(cols, rows)
 
 framejit.compile(fn, fullgraph=True)(torch.randn(3))
 """,
