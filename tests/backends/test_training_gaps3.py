@@ -150,7 +150,9 @@ def _assert_lowered(backend: str, compiled) -> None:
         return
     rows = compiled.summary()
     assert rows and not any(row["eager_graph"] for row in rows), rows
-    assert {r.split()[0] for row in rows for r in row["eager_nodes"].values()} <= {"aten::copy_"}, rows
+    # the write-backs, and (since b6d669d) the free detach views of returned values, made in torch over ORT's outputs
+    computed = {r.split()[0] for row in rows for r in row["eager_nodes"].values() if not r.startswith("a free op")}
+    assert computed <= {"aten::copy_"}, rows
 
 
 @pytest.mark.parametrize("name", list(OPTIMIZERS))
