@@ -516,12 +516,15 @@ def _note_entered(out, ctx: CtxValue, entering: bool) -> None:
     key = ("source", ctx.source) if ctx.source is not None else id(ctx)
     entered = out.__dict__.setdefault("entered_torch_managers", set())
     outside = out.__dict__.setdefault("outside_autocast_open", set())  # NOTE [Autocast objects open outside]
+    openers = out.__dict__.setdefault("outside_autocast_openers", {})
     if not entering:
         entered.discard(key)
         outside.discard(key)
+        openers.pop(key, None)
         return
     if ctx.kind == "autocast" and _from_outside(ctx):
         outside.add(key)
+        openers[key] = out.tx_stack[-1] if out.tx_stack else None
     if key in entered or _maybe_open_outside(out, ctx):
         where = "inside its own block" if key in entered else "in its own state (its block may be open outside)"
         e = Unsupported(BreakKind.UNSUPPORTED_CALL, f"{ctx.describe()} entered again {where}: runs eagerly (its "
@@ -542,8 +545,28 @@ def _note_entered(out, ctx: CtxValue, entering: bool) -> None:
 # inside such a block runs the frame eagerly too (`break_in_outside_autocast`, translator.py): the resume function
 # would exit a rebuilt manager, not the object, whose saved state a callee's or a later `with ac:` overwrites.
 # Not covered: an `enabled=False` object, and a break inside the block of an object passed as an argument.
+# A block an inlined callee opened is left out when that callee was still executing at the break and stood
+# inside a try or with block there (`@torch.autocast(...)` on a function: its wrapper's `with autocast_instance:`
+# around the call): such a break is no nested one (NOTE [Nested graph breaks]: it is the plain break at the root's
+# call, whose callees then run through their hooks), so nothing of that call is in the root's graph or resume
+# function and the block is not open where the root breaks; the callee's own frame, traced through its hook,
+# runs eagerly by the rule above. Before, the root ran wholly eagerly too (the code around the call uncaptured).
 def break_in_outside_autocast(out, e: Exception) -> bool:
-    return isinstance(e, Unsupported) and bool(out.__dict__.get("outside_autocast_open"))
+    if not isinstance(e, Unsupported):
+        return False
+    openers = out.__dict__.get("outside_autocast_openers", {})
+    return any(not _opened_in_broken_call(openers.get(key), e) for key in out.__dict__.get("outside_autocast_open", ()))
+
+
+def _opened_in_broken_call(opener: Any, e: Exception) -> bool:
+    """The block was opened by a callee executing when `e` was raised, standing inside a try or with block."""
+    if opener is None or opener.parent is None or id(opener) not in e.__dict__.get("nest_tx_ids", ()) or \
+            opener.current is None:
+        return False
+    from .normalize import normalize, with_depth
+    insts = normalize(opener.code).insts
+    inst = insts[opener.current.index]
+    return inst.handler is not None or with_depth(insts, inst) != 0
 
 
 def _from_outside(ctx: CtxValue) -> bool:

@@ -31,11 +31,13 @@ def attach_stack(e: Exception, tx: Any) -> None:
     elif isinstance(e, UserException) and not e.user_stack:
         e.user_stack = stack
     if "nest_path" not in e.__dict__:
-        path = []
+        path, ids = [], set()
         while tx is not None:
             path.append((tx.code, tx.current.index if tx.current is not None else None))
+            ids.add(id(tx))
             tx = tx.parent
         e.nest_path = tuple(reversed(path))
+        e.nest_tx_ids = frozenset(ids)  # the translators executing (NOTE [Autocast objects open outside])
 
 
 def stop_for(output: Any, parent: Any, code: Any) -> int | None:
