@@ -20,11 +20,11 @@ from .comparisons import compare, contains, is_same
 from .protocol import BINARY_OPS, COMPARE_OPS, binary, constant_fold, getitem, iterate, length, truth, unary
 from .sym_arith import SYM_MATH, is_sym, symbolic
 from . import lazy_combinators
+from .lazy_combinators import calls_made_early as _calls_made_early  # itertools_support's too
 from .float_calls import float_call, sum_values
 from .folded_results import index_of, modular_pow
 from .generator_ends import stop_iteration
 from .lazy_generators import LazyGeneratorValue, drain_whole
-from .values.base import MADE_ORDER
 from .values.containers import dict_iterator, drain_lent, drain_zipped, drawn_ahead_checked, iterates_as_tuple, \
     lent_error
 from .values import (ClassValue, ConstantValue, DictValue, IteratorValue, ListValue, PartialValue, SetValue,
@@ -349,24 +349,6 @@ def _map(tx, args, kwargs):
     rows = _calls_made_early(tx, "map", lambda: [tx.call(fn, list(row), {}) for row in zip(*columns)])
     rows = watch.finish(IteratorValue(rows), "map", per_row=True, fn=fn, columns=columns)
     return _typed(drawn_ahead_checked(rows, iterables), map)  # NOTE [Lazy generators drawn ahead]
-
-
-def _calls_made_early(tx, what: str, run):
-    """`run()`: the calls of map's function or filter's predicate for every item, made when the combinator is
-    made, where CPython makes them one by one as it is consumed. Only calls without effect may run early:
-    one that mutates anything or raises is a graph break here (the combinator then runs in Python)."""
-    side_effects = tx.output.side_effects
-    version, n_touched = side_effects.version, len(side_effects.touched)
-    first_new = next(MADE_ORDER)  # NOTE [Objects map makes]
-    try:
-        result = run()
-    except UserException as e:
-        raise Unsupported(BreakKind.SIDE_EFFECT, f"the function of {what}() raises {type(e.exc).__name__} for some "
-                          "item: it runs lazily, as Python") from None
-    if side_effects.version != version or any(getattr(v, "serial", -1) < first_new
-                                              for v in side_effects.touched[n_touched:]):
-        raise Unsupported(BreakKind.SIDE_EFFECT, f"the function of {what}() has side effects: it runs lazily, as Python")
-    return result
 
 
 # NOTE [Objects map makes]: `a, b = map(Box, [1, 2])` or `list(map(make, items))` with a class, or a function

@@ -125,7 +125,7 @@ def _stored_function_attrs(value: Any) -> dict:
     return attrs
 
 
-from .values.containers import lent_error  # noqa: E402
+from .values.containers import check_claims, position_read  # noqa: E402
 
 
 def escaped_generator(value: IteratorValue) -> Unsupported:
@@ -386,10 +386,10 @@ class Reconstructor:
             spec = rebuild_spec(value)  # NOTE [Combinators rebuilt at breaks]
             if spec is None:
                 raise escaped_generator(value)
+            check_claims(value)  # rebuilt at its position: NOTE [Iterators claimed by a run ahead]
             self._call_const(combinator_at, [spec])
             return
-        if value.lent_at is not None:
-            raise lent_error(value)  # NOTE [Lent iterators]
+        position_read(value)  # NOTE [Lent iterators], [Iterators claimed by a run ahead]
         if value.deque_of is not None:  # NOTE [Deque iterators]: CPython's own, or one that raises
             if value.deque_mutated():
                 self._call_const(mutated_deque_iterator, [])

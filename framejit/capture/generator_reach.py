@@ -26,6 +26,26 @@ def closure_cells(fn: Any) -> list[Value]:
 # lost eager's NameError; review revA F4/F5). The cells themselves are reachable values, and a store into or
 # delete of a cell made while tracing marks it touched (SideEffects.bump), so the generator's per-step check
 # breaks where it was made and it runs lazily, as Python.
+# NOTE [Defaults a run ahead reaches]: a generator function made in the frame with a default the frame made (`def
+# gen(t, out=acc)` over `acc = []`) reads and writes that container through the default, which was not among the
+# values its run ahead reaches: a write through it was no effect (the run ahead's append replayed when the
+# generator was dropped unstarted, revAQ HIGH-2: eager acc [], framejit [1]), and the consumer's writes to it went
+# unseen (HIGH-3: `y.extend(gen())` with `def gen(out=y): ... yield out[-1] + z` gave [1, 1, 2, 3] where eager
+# gives [1, 1, 2, 4]). Its defaults are reached as its arguments are, so such a generator is traced lazily (NOTE
+# [Generators that mutate state], [Containers grown while drawing]). A generator that draws another run-ahead
+# one reaches what that one reaches (`reach_roots`: HIGH-6, `y.extend(v * 2 for v in inner())` with inner
+# reading y).
+def generator_roots(out, fn: Any, args: list, kwargs: dict) -> list[Any]:
+    """What a generator called as `fn(*args, **kwargs)` reaches directly (NOTE [Eager generators])."""
+    return [*args, *kwargs.values(), *closure_cells(fn), *function_defaults(fn), *out.side_effects.values()]
+
+
+def function_defaults(fn: Any) -> list[Value]:
+    """The defaults of a function value made while tracing (NOTE [Defaults a run ahead reaches]); map's function
+    and filter's predicate read them too (`map(lambda v, src=y: src[-1] + v, xs)`)."""
+    return [*(getattr(fn, "defaults", None) or ()), *(getattr(fn, "kwdefaults", None) or {}).values()]
+
+
 def reachable_values(roots: list[Any]) -> set[int]:
     return set(reachable_value_map(roots))
 
@@ -51,9 +71,10 @@ def reachable_value_map(roots: list[Any]) -> dict[int, Value]:
             todo.extend([v.func, v.self_value])
         elif isinstance(v, IteratorValue):
             todo.extend([v.owner] if v.owner is not None else v.items)
+            todo.extend(v.__dict__.get("reach_roots", ()))  # NOTE [Defaults a run ahead reaches]
         elif isinstance(v, UserFunctionValue):
             todo.extend(closure_cells(v))
-            todo.extend(v.defaults or ())
+            todo.extend([*(v.defaults or ()), *(v.kwdefaults or {}).values()])
             todo.extend(v.attr_values())
         elif isinstance(v, CellValue):
             todo.append(v.contents)
@@ -221,5 +242,5 @@ def check_run_ahead_effects(out, before: tuple[int, int], f: Any, frame_eager: b
 
 
 __all__ = ["RandomCombinator", "RandomRunAhead", "check_random_run_aheads", "check_run_ahead_effects", "closure_cells",
-           "drawn_under_other_state", "eager_draws", "keep_random_run_ahead", "reachable_value_map", "reachable_values", "run_ahead_effects",
+           "drawn_under_other_state", "eager_draws", "function_defaults", "generator_roots", "keep_random_run_ahead", "reachable_value_map", "reachable_values", "run_ahead_effects",
            "torch_state"]

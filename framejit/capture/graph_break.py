@@ -64,6 +64,7 @@ from .lookup import module_call_default
 from .translator import LazyArg, RealCell
 from .values import (NULL, BoundMethodValue, CellValue, ConstantValue, IteratorValue, ListValue,
                      NNModuleValue, SequenceValue, TupleValue, UserFunctionValue, Value)
+from .values.iterator_claims import claimed
 
 class BreakCodegen:
     """Emits the transformed function of a frame that breaks at `site` (see the module docstring)."""
@@ -741,7 +742,7 @@ def emit_stack_value(rebuild: Reconstructor, value: Value) -> None:
     """Load a stack value below the break's instruction for a resume function's stack argument."""
     if isinstance(value, IteratorValue) and value.owner is None and value.reverse_from is None and \
             not (value.source is not None and value.made_at is None) and value.made_at is None and \
-            value.lent_at is None and id(value) not in rebuild.preloaded:
+            value.lent_at is None and not claimed(value) and id(value) not in rebuild.preloaded:
         rebuild.emit(ListValue(value.items[value.index:]))  # what the iterator has left, as a list
     else:  # a list's, dict's or set's own iterator, a reversed one, the caller's own iterator (a tuple's, a
         # range's, moved by the replay: as a list of what it had left, an `objs = [it, print()]` held a list

@@ -41,12 +41,15 @@ import collections
 import types
 from typing import Any
 
-from .breaks import BreakKind, Unsupported
-from .generator_reach import RandomCombinator, closure_cells, drawn_under_other_state, reachable_values, torch_state
+from .breaks import BreakKind, Unsupported, UserException
+from .generator_reach import RandomCombinator, closure_cells, drawn_under_other_state, function_defaults, reachable_values, \
+    torch_state
 from .lazy_generators import LazyGeneratorValue
 from .unstarted_generators import call_parts, call_spec, first_row_part
 from .values import ConstantValue, DictValue, IteratorValue, ListValue, SetValue, Value
+from .values.base import MADE_ORDER
 from .values.containers import deque_state
+from .values.iterator_claims import Claim, claim, collect_steps
 
 
 def _root_index(tx) -> int | None:
@@ -102,6 +105,25 @@ def _constant_item(value: Value) -> bool:
         return True
     return type(value) in (TupleValue, ListValue) and value.python_type() in (tuple, list) and \
         all(_constant_item(v) for v in value.items)
+
+
+def calls_made_early(tx, what: str, run):
+    """`run()`: the calls of map's function or filter's predicate for every item, made when the combinator is
+    made, where CPython makes them one by one as it is consumed. Only calls without effect may run early:
+    one that mutates anything or raises is a graph break here (the combinator then runs in Python)."""
+    side_effects = tx.output.side_effects
+    version, n_touched = side_effects.version, len(side_effects.touched)
+    first_new = next(MADE_ORDER)  # NOTE [Objects map makes]
+    try:
+        result, stepped = collect_steps(run)  # NOTE [Iterators claimed by a run ahead]: a function stepping one
+    except UserException as e:
+        raise Unsupported(BreakKind.SIDE_EFFECT, f"the function of {what}() raises {type(e.exc).__name__} for some "
+                          "item: it runs lazily, as Python") from None
+    if side_effects.version != version or any(getattr(v, "serial", -1) < first_new
+                                              for v in side_effects.touched[n_touched:]):
+        raise Unsupported(BreakKind.SIDE_EFFECT, f"the function of {what}() has side effects: it runs lazily, as Python")
+    claim(stepped, Claim(None, _root_index(tx)))
+    return result
 
 
 _NO_RECIPE = object()
@@ -166,7 +188,7 @@ class Watch:
         version, n_ops, n_touched = self.made
         mapping_ids = {id(m) for m in self.mappings}
         # with values stored into outside state, read through globals and outside objects (review revY HIGH-2)
-        held = [*closure_cells(fn), *(v for c in columns for v in c), *side_effects.values()]
+        held = [*closure_cells(fn), *function_defaults(fn), *(v for c in columns for v in c), *side_effects.values()]
         reachable = reachable_values(held) if reads_state else set()
 
         def mappings_changed() -> bool:

@@ -287,10 +287,13 @@ class LazyGeneratorValue(IteratorValue):
             raise self.made_here(finalizer_break(f"the generator {self.name} has finalizers and is drawn by a "
                                                  "consumer that may stop early or interleave: it runs as Python"))
         from .values.containers import _effects
-        before = _effects(out)
-        rest = []
-        while (item := self.next()) is not None:
-            rest.append(item)
+        from .values.iterator_claims import Claim, claim, collecting
+        before, rest = _effects(out), []
+        with collecting() as stepped:
+            while (item := self.next()) is not None:
+                rest.append(item)
+        if not whole:  # a consumer that may stop early: NOTE [Iterators claimed by a run ahead]
+            claim(list(stepped.values()), Claim(None, self.made_at))
         if not whole and (self.finalizes or out.__dict__.get("finalizer_steps", 0) != steps):
             raise self.made_here(finalizer_break(f"the generator {self.name} drives one with finalizers and is "
                                                  "drawn all at once where eager may stop early: it runs as Python"))
@@ -320,6 +323,8 @@ class LazyGeneratorValue(IteratorValue):
 
     def resume(self, sent: Value) -> Value | None:
         """One step: the next value yielded, or None once the body has returned."""
+        from .values.iterator_claims import note_claimed_step
+        note_claimed_step(self)  # NOTE [Iterators claimed by a run ahead]
         if self.finished:
             self.exhausted = True
             return None
@@ -681,7 +686,10 @@ def drain_whole(tx, value: Value) -> list[Value]:
         return value.remaining(whole=True)
     from .protocol import iterate
     from .torch_function_inline import length_hint_gated
-    return length_hint_gated(tx, value, iterate(tx, value))
+    items = length_hint_gated(tx, value, iterate(tx, value))
+    if isinstance(value, IteratorValue):
+        value.ended_in_order = True  # drawn to its end (NOTE [Iterators claimed by a run ahead])
+    return items
 
 
 __all__ = ["LazyGenMethodValue", "LazyGeneratorValue", "call_lazy_gen_method", "check_finalizers_at_return",

@@ -614,10 +614,9 @@ class SideEffects:
     def _emit_iterator_moves(self, cg) -> None:
         """After the lists' own replay: the end an iterator is moved to is the list's final one."""
         from .codegen_runtime import advance_iterator, move_list_iterator, move_reverse_iterator
-        from .values.containers import lent_error
+        from .values.containers import position_read
         for iterator in self._moved_iterators():
-            if iterator.lent_at is not None:
-                raise lent_error(iterator)  # NOTE [Lent iterators]: where eager leaves it is unknown
+            position_read(iterator)  # NOTE [Lent iterators], [Iterators claimed by a run ahead]: eager's unknown
             reverse = iterator.reverse_from is not None  # NOTE [Reversed iterators from outside]
             own_type = iterator.owner is None and not reverse  # a tuple or range iterator: moved by steps
             cg.push_null()

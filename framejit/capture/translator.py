@@ -39,8 +39,9 @@ from .generator_ctx import break_before_generator_cms, exception_in_generator_cm
 from .lazy_generators import LazyGeneratorValue, check_finalizers_at_return, finalizer_break, finalizers_pending, \
     lazy_from_now, lazy_gen_attr, make_lazy_generator, raised_with_suspended_finalizers, seen_on_close, wants_lazy
 from .getattribute import custom_setattr
-from .generator_reach import closure_cells as _closure_cells, check_random_run_aheads, check_run_ahead_effects, \
-    drawn_under_other_state, keep_random_run_ahead, reachable_values, run_ahead_effects, torch_state
+from .generator_reach import check_random_run_aheads, check_run_ahead_effects, \
+    drawn_under_other_state, generator_roots, keep_random_run_ahead, reachable_values, run_ahead_effects, torch_state
+from .values.iterator_claims import Claim, claim, collect_steps, root_index
 from .stdlib import forced_break
 from .import_calls import import_break
 from .frame_locals import frame_reader_break
@@ -492,14 +493,12 @@ class Translator:
         if child.code.co_flags & inspect.CO_GENERATOR:
             if wants_lazy(self, f):  # NOTE [Generators driven by send] in lazy_generators.py
                 return make_lazy_generator(self, child, f)
-            # values stored into outside state are reached through globals and outside objects too (review
-            # revY HIGH-2: `yield len(CFG.cur)` after `CFG.cur = []`, the loop body appending to it)
-            held_outside = self.output.side_effects.values()
-            return self._run_generator(child, f, reachable_values([*args, *kwargs.values(), *_closure_cells(fn),
-                                                                   *held_outside]))
+            # what its arguments, cells and defaults reach (NOTE [Defaults a run ahead reaches]) and values stored
+            # into outside state, read through globals and outside objects (review revY HIGH-2)
+            return self._run_generator(child, f, generator_roots(self.output, fn, args, kwargs))
         return child.run()
 
-    def _run_generator(self, child: "Translator", f: Any, reachable: set[int]) -> IteratorValue:
+    def _run_generator(self, child: "Translator", f: Any, roots: list) -> IteratorValue:
         """NOTE [Eager generators]: a generator called inside the compiled region is run to completion at
         once and stands for an iterator over what it yielded. That equals lazy evaluation only when
         nothing can tell the order apart: the generator's body mutates nothing its caller could see (no
@@ -510,7 +509,7 @@ class Translator:
         object. Any of these is a graph break at the call that made the generator, which then runs in
         Python, as is an exception the generator raises. Work a consumer skips by stopping early is pure;
         an endless generator is traced lazily instead (NOTE [Run-ahead step budget])."""
-        side_effects = self.output.side_effects
+        side_effects, reachable = self.output.side_effects, reachable_values(roots)
 
         def mutated_since(version: int, touched: int) -> bool:
             return side_effects.version != version or any(
@@ -519,7 +518,8 @@ class Translator:
         child.yielded, child.yield_draws = [], []  # the random-draw count at each yield: RandomRunAhead
         child.yield_state = state = torch_state(self.output)  # NOTE [Torch state across yields] in handlers/blocks.py
         effects = run_ahead_effects(self.output)  # its grad-mode sets and random draws run where eager runs them
-        returned = _run_within_budget(self.output, child, f)  # NOTE [Run-ahead step budget]
+        returned, stepped = collect_steps(lambda: _run_within_budget(self.output, child, f))  # NOTE [Run-ahead step
+        # budget]; the iterators it steps are claimed (NOTE [Iterators claimed by a run ahead])
         # NOTE [Generators with finalizers]: a lazy generator whose body has a try/finally or with-block
         # runs that code when it is dropped (a loop's `break`, `del g`, a drained zip). Passed on to a
         # resume function it stays referenced by the call's arguments until that function returns, so
@@ -537,11 +537,10 @@ class Translator:
         iterator = IteratorValue(child.yielded)
         iterator.frame_eager = frame_eager
         iterator.return_value = returned  # what `yield from` this generator evaluates to
+        iterator.reach_roots = roots  # a generator drawing this one reads what it reads (revAQ HIGH-6)
         iterator.gen_code = f.__code__  # NOTE [Generators ended by close or throw] in generator_ends.py
-        root = self
-        while root.parent is not None:
-            root = root.parent
-        iterator.made_at = root.current.index if root.current is not None else None
+        iterator.made_at = root_index(self)
+        claim(stepped, Claim(iterator, iterator.made_at, f.__code__, frame_eager))
         made = (side_effects.version, len(side_effects.touched))
         record = keep_random_run_ahead(self.output, f, iterator, effects[1], child.yield_draws) if drew else None
 

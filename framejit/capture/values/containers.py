@@ -16,6 +16,7 @@ from typing import Any
 from ..breaks import BreakKind, Unsupported, UserException
 from ..sources import Source
 from .base import MADE_ORDER, ConstantValue, Value
+from .iterator_claims import Claim, check_claims, claim, collecting, note_claimed_step
 
 
 class SequenceValue(Value):
@@ -177,6 +178,7 @@ _STEPPED_ALL: list = []  # the serials stepped under each watch_all_steps, inner
 
 
 def note_step(iterator: Any) -> None:
+    note_claimed_step(iterator)  # NOTE [Iterators claimed by a run ahead]
     serial = -1 if getattr(iterator, "source", None) is not None else getattr(iterator, "serial", -1)
     if serial < _STEPPED[0]:
         _STEPPED[0] = serial
@@ -254,7 +256,7 @@ class IteratorValue(Value):
         if self.check is not None:
             self.check()
         if self.index >= len(self.items):
-            self.exhausted = True
+            self.exhausted = self.ended_in_order = True  # NOTE [Iterators claimed by a run ahead]
             return None
         if self.view in ("values", "items"):
             self.items[self.index] = self._live_item(self.index)
@@ -358,6 +360,14 @@ def lent_error(iterator: IteratorValue) -> Unsupported:
     return e
 
 
+def position_read(iterator: IteratorValue) -> None:
+    """`iterator`'s position is read (rebuilt after the graph, moved on the caller's object): a break when eager's
+    position is unknown (NOTE [Lent iterators], [Iterators claimed by a run ahead] in iterator_claims.py)."""
+    if iterator.lent_at is not None:
+        raise lent_error(iterator)
+    check_claims(iterator)
+
+
 def drain_lent(tx, iterables: list[Value], count: int | None = None) -> list[list[Value]]:
     """The items of each argument of a lazy combinator, all at once (at most `count` of a lazy generator: NOTE
     [Combinators over endless generators]); iterator arguments are marked lent to it (NOTE [Lent iterators]).
@@ -429,7 +439,8 @@ def _drawing_ahead(tx, gens: list[Value]):
     outer = out.__dict__.get("step_limit", MAX_TRACE_STEPS)
     out.step_limit = min(outer, out.steps + DRAIN_STEPS)
     try:
-        yield
+        with collecting() as stepped:
+            yield
     except UserException as e:
         raise gens[0].made_here(Unsupported(
             BreakKind.SIDE_EFFECT, f"the {gens[0].describe()} raises {type(e.exc).__name__} when drawn ahead by a "
@@ -444,6 +455,7 @@ def _drawing_ahead(tx, gens: list[Value]):
                                             "drawn ahead by a combinator: it runs as Python"))
     for gen in gens:
         gen.drawn_check = _drawn_check(out, gen)
+    claim(list(stepped.values()), Claim(None, _root_index(tx)))  # NOTE [Iterators claimed by a run ahead]
 
 
 def _effects(out) -> tuple:
