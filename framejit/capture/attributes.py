@@ -753,11 +753,11 @@ def traced_slot(tx, obj: Value, slot: str) -> Value | None:
     `module._parameters[name] = t` in torch.func.functional_call's swap), else None. Reads of the
     module's entries then go through that value, so they see the trace's own writes (the real dict is
     only written when the side effects are replayed after the graph)."""
-    table = obj.obj.__dict__.get(slot)
-    seen = tx.output._by_object.get(id(table))
+    seen = tx.output._by_object.get(id(table := obj.obj.__dict__.get(slot)))
     if obj.source is None or seen is None or seen[0] is not table:
         return None
-    return tx.output.alias_of(table, AttrSource(obj.source, slot))
+    from .reentrant_reads import region_saw  # NOTE [State the frame writes around a reentrant call]
+    return region_saw(tx.output.side_effects, tx.output.alias_of(table, AttrSource(obj.source, slot)))
 
 
 def _module_slot(tx, obj: Value, name: str) -> Value:

@@ -97,6 +97,8 @@ def written_children(tx, v: NNModuleValue) -> DictValue | None:
         table = effects.written_dict(v.obj.__dict__.get("_modules"))
     if table is None:
         return None
+    from .reentrant_reads import region_saw
+    region_saw(effects, table)  # NOTE [State the frame writes around a reentrant call]
     if not isinstance(table, DictValue) or not all(type(k) is str for k in table.items):
         raise Unsupported(BreakKind.UNSUPPORTED_CALL, f"the children of a {type(v.obj).__name__} written "
                                                       "into a table the trace does not model")

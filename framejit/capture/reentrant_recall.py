@@ -243,6 +243,10 @@ def make_recall(items: tuple, got: Got, key: tuple, watched: list, output, shape
     if why is None and got.reads is not None and got.reads.written_after(output.side_effects, at_break):
         why = "a value made in the frame that its function reads is written after the call (NOTE [State the " \
               "frame writes around a reentrant call])"
+    if why is None and got.reads is not None and not at_break and \
+            got.reads.escapes(output.__dict__.get("hook_id_roots") or []):
+        why = "a value made in the frame that its function reads is left where the caller can change it before " \
+              "the backward (NOTE [Containers reached inside what the region loads])"
     if why is None:
         try:
             exprs = [source.expr(output.names) for source in [*got.sources, *owners, *watched]]
