@@ -136,6 +136,7 @@ def _checkpoint_handler(tx, args, kwargs):
         # Constant(None) and PartialValue" instead of this reason
         raise Unsupported(BreakKind.UNSUPPORTED_CALL, "torch.utils.checkpoint.checkpoint with a context_fn or "
                                                       "debug=True")
+    options = _checkpoint_options(kwargs)  # NOTE [Checkpoint options]
     graph, effects = tx.output.graph, tx.output.side_effects
     before, python_effects = set(graph.nodes), effects.version - effects.tensor_writes
     result = tx.inline(UserFunctionValue(checkpoint), args, kwargs)
@@ -143,10 +144,44 @@ def _checkpoint_handler(tx, args, kwargs):
         raise Unsupported(BreakKind.SIDE_EFFECT, "a checkpointed function with effects on Python state (the "
                                                  "backward runs it again)")
     _REGIONS[0] += 1
-    for node in graph.nodes:
-        if node not in before and node.op in ("call_function", "call_method", "call_module"):
-            node.meta["fj_checkpoint"] = _REGIONS[0]  # an enclosing checkpoint retags its inner ones
+    added = [n for n in graph.nodes if n not in before and n.op in ("call_function", "call_method", "call_module")]
+    inner = {n.meta["fj_checkpoint_options"] for n in added if "fj_checkpoint_options" in n.meta}
+    if inner and any(not dict(o)["preserve_rng_state"] for o in inner | {options}):
+        raise Unsupported(BreakKind.UNSUPPORTED_CALL, "nested torch.utils.checkpoint.checkpoint calls with "
+                                                      "preserve_rng_state=False (their recomputations draw "
+                                                      "random numbers in an order of their own)")
+    for node in added:
+        node.meta["fj_checkpoint"] = _REGIONS[0]  # an enclosing checkpoint retags its inner ones
+        node.meta["fj_checkpoint_options"] = options
     return result
+
+
+# NOTE [Checkpoint options]: the options of eager's non-reentrant checkpoint that change what it computes
+# are passed on to the torch checkpoint that recomputes the region (_Checkpointed): preserve_rng_state=False
+# makes the backward's recomputation draw new random numbers from the global generator (a new dropout mask,
+# and the stream after backward advanced), early_stop decides where that recomputation stops (so how many
+# numbers it draws), determinism_check is checked by torch. They must be constants of the trace (guarded as
+# any constant); an unknown determinism_check is a break, so that torch raises its own ValueError. Torch's
+# global overrides (set_checkpoint_early_stop, set_checkpoint_debug_enabled) apply when the region runs, as
+# in eager. Nested checkpoints are one region (the outer one); with preserve_rng_state=False on either, the
+# order of eager's draws is not one region's, so that is a break.
+_OPTION_DEFAULTS = (("preserve_rng_state", True), ("early_stop", True), ("determinism_check", "default"))
+
+
+def _checkpoint_options(kwargs) -> tuple:
+    from torch.utils.checkpoint import _allowed_determinism_checks_to_fns
+    from .breaks import BreakKind, Unsupported
+    options = []
+    for name, default in _OPTION_DEFAULTS:
+        value = kwargs.get(name)
+        if value is not None and not value.is_constant():
+            raise Unsupported(BreakKind.UNSUPPORTED_CALL, f"torch.utils.checkpoint.checkpoint with a {name} "
+                                                          "that is not a constant")
+        options.append((name, default if value is None else value.as_constant()))
+    if dict(options)["determinism_check"] not in _allowed_determinism_checks_to_fns:
+        raise Unsupported(BreakKind.UNSUPPORTED_CALL, "torch.utils.checkpoint.checkpoint with a determinism_check "
+                                                      "torch rejects")
+    return tuple(options)
 
 
 def _no_context(value) -> bool:
@@ -178,10 +213,11 @@ def checkpoint_at_break(hooked, function, args: tuple, kwargs: dict):
 class _Checkpointed(torch.nn.Module):
     """A region of a graph run under non-reentrant activation checkpointing."""
 
-    def __init__(self, region: torch.fx.GraphModule, grad_positions: tuple) -> None:
+    def __init__(self, region: torch.fx.GraphModule, grad_positions: tuple, options: tuple = ()) -> None:
         super().__init__()
         self.region = region
         self.grad_positions = grad_positions  # the inputs that require grad: checkpoint's own arguments
+        self.options = options  # NOTE [Checkpoint options]
 
     def forward(self, *args):
         from torch.utils.checkpoint import checkpoint as torch_checkpoint
@@ -191,7 +227,8 @@ class _Checkpointed(torch.nn.Module):
             for position, arg in zip(self.grad_positions, grad_args):
                 full[position] = arg
             return self.region(*full)
-        return torch_checkpoint(run, *[args[i] for i in self.grad_positions], use_reentrant=False)
+        return torch_checkpoint(run, *[args[i] for i in self.grad_positions], use_reentrant=False,
+                                **dict(self.options))
 
 
 def _requires_grad(node) -> bool:
@@ -235,12 +272,13 @@ def checkpoint_regions(gm: torch.fx.GraphModule) -> None:
         sub.output(tuple(env[n] for n in outputs))
         name = f"fj_checkpoint_{number}"
         grad_positions = tuple(i for i, arg in enumerate(inputs) if _requires_grad(arg))
-        gm.add_submodule(name, _Checkpointed(torch.fx.GraphModule(torch.nn.Module(), sub), grad_positions))
+        gm.add_submodule(name, _Checkpointed(torch.fx.GraphModule(torch.nn.Module(), sub), grad_positions,
+                                             nodes[0].meta.get("fj_checkpoint_options", ())))
         with gm.graph.inserting_before(nodes[0]):
             call = gm.graph.call_module(name, tuple(inputs))
             for index, node in enumerate(outputs):
                 item = gm.graph.call_function(operator.getitem, (call, index))
-                item.meta = {k: v for k, v in node.meta.items() if k != "fj_checkpoint"}
+                item.meta = {k: v for k, v in node.meta.items() if not k.startswith("fj_checkpoint")}
                 node.replace_all_uses_with(item, delete_user_cb=lambda user: user not in members)
         for node in reversed(nodes):
             gm.graph.erase_node(node)
