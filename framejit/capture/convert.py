@@ -31,7 +31,7 @@ from .frame_locals import frame_reader_break, reads_own_locals
 from .caught_exceptions import emit_final_locals, final_locals, final_values  # NOTE [Locals of a frame in a traceback]
 from .graph_errors import on_graph_error  # NOTE [Effects before a failing graph]
 from . import break_sites, cached_calls, closure_cells, frame_cache, inlined_comprehensions, persisted_code, python_loops
-from . import deferred_readers, made_classes, step_breaks
+from . import deferred_readers, made_classes, step_breaks, unread_inputs
 from .function_regions import function_regions
 from .flex import graph_root  # NOTE [Flex attention in the graph]
 from .higher_order import checkpoint_regions
@@ -42,7 +42,7 @@ from .raising_floats import floats_then_draws  # NOTE [Rebuilt floats that raise
 from .input_versions import input_writes, keep_versions  # NOTE [Version counts of written inputs]
 from .handler_reruns import restore_plan, restoring  # NOTE [Failing graphs inside handlers]
 from .requests import STATS, CompileRequest, Entry, rerun_state
-from .dynamic_misses import RaisedAtSymbolicOp, failed_trace, raising_calls_run_eagerly
+from .dynamic_misses import RaisedAtSymbolicOp, failed_trace, mark_break_results, raising_calls_run_eagerly
 from .deep_traces import raise_if_too_deep
 from .shapes import ConstraintViolationError, check_marked_dims
 from .signal_exceptions import raised_by_signal_handlers
@@ -362,7 +362,9 @@ def _active_modes() -> str | None:
     return " and ".join(f"a Torch{kind.capitalize()}Mode" for kind in active) or None
 
 
-def _guard_function(fn: types.FunctionType, shape: FunctionShape, output) -> GuardFunction:
+def _guard_function(fn: types.FunctionType, shape: FunctionShape, output, graphs: list | None = None) -> GuardFunction:
+    if graphs is not None:  # a compiled entry (a plain break's, or a frame's without breaks)
+        unread_inputs.relax(output, graphs)  # NOTE [Tensors passed through unread]
     output.distinct_objects_guard()
     from .hook_handles import guard_hook_ids  # NOTE [Hook ids that never leave the trace]
     guard_hook_ids(output, output.__dict__.get("hook_id_roots"))
@@ -447,7 +449,7 @@ def _compile_entry(fn, shape: FunctionShape, output, ret: Value, request: Compil
     transformed = _transformed(shape, cg, fn, remake=True)
     _log_bytecode(fn, transformed)
     check_marked_dims(output)  # NOTE [Broken mark_dynamic contracts]
-    entry = Entry(_guard_function(fn, shape, output), transformed, graphs, backend_outputs=output.backend_outputs,
+    entry = Entry(_guard_function(fn, shape, output, graphs), transformed, graphs, backend_outputs=output.backend_outputs,
                   rerun=rerun_state(gm, output.mutated_inputs, restore_plan(output) is not None))
     if binding is not None:
         binding.guard(entry, *output.frame_call)
@@ -533,8 +535,7 @@ def _break_entry(fn, shape: FunctionShape, args: tuple, kwargs: dict, request: C
             return _break_entry(fn, shape, args, kwargs, request, exc.moved_from, first)
         recorder = persisted_code.Recorder(_BoundHooks(request.hooks, fn))  # NOTE [Persisted break code]
         gen = graph_break.BreakCodegen(fn, site, tx, request, recorder)
-        gen.split_result = getattr(exc, "split_result", False)  # NOTE [Unbind along a symbolic length]
-        gen.shaped_by_data = getattr(exc, "shaped_by_data", False)  # NOTE [Results shaped by data are dynamic ...]
+        mark_break_results(gen, exc)  # NOTE [Results of calls that broke inside] in dynamic_misses.py
         compiled, output_index, graphs = _compile_before_break(fn, shape, gen, output, request)
         cg = gen.emit(compiled, output_index, output.inputs)
         transformed = _transformed(shape, cg, fn)
@@ -607,7 +608,8 @@ def _finish_break_entry(fn, shape: FunctionShape, exc, output, request: CompileR
     gen, compiled, cg, output_index, graphs, recorder = made
     _log_bytecode(fn, transformed)
     check_marked_dims(output)  # NOTE [Broken mark_dynamic contracts]
-    entry = Entry(_guard_function(fn, shape, output), transformed, graphs,
+    plain = type(gen) is _tracing()[1].BreakCodegen  # not a nested break (NOTE [Tensors passed through unread])
+    entry = Entry(_guard_function(fn, shape, output, graphs if plain else None), transformed, graphs,
                   graph_break=getattr(exc, "graph_break", None), backend_outputs=output.backend_outputs,
                   rerun=rerun_state(graphs[0] if graphs else None, output.mutated_inputs,
                                     restore_plan(output) is not None))

@@ -105,6 +105,23 @@ class failed_traces_kept:
         return False
 
 
+# NOTE [Results of calls that broke inside]: a break whose op's output is split along a symbolic size or shaped by
+# data (`split_result`, NOTE [Unbind along a symbolic length] in graph_calls.py; `shaped_by_data`, NOTE [Results
+# shaped by data are dynamic in resume functions] in carried_loops.py) marks the result the resume function takes
+# as a sequence of changing length or with dim 0 symbolic. Where that op ran in a callee (the break's `nest_path`
+# goes through inlined frames) and the frame breaks at its own call of that callee (a plain break: a try block on
+# the way, a loop), the result it hands on is the callee's return value, not the op's. It was marked all the
+# same: tiny DBRX's `DbrxFFN.forward.<resume at 18>` took `self.experts(...)`'s (2, 8, 32) result as (s93, 8, 32),
+# a batch size that never changed made symbolic while the sequence length that did stayed static (hhuntHF6
+# LOW-0). Only a break in the frame's own code marks its result now; the callee's resume function, where the op
+# ran, is marked as before.
+def mark_break_results(gen: Any, exc: BaseException) -> None:
+    """Set on the break code `gen` whether the result of the break `exc` is split or shaped by data."""
+    own = len(exc.__dict__.get("nest_path") or ()) <= 1
+    gen.split_result = own and getattr(exc, "split_result", False)  # NOTE [Unbind along a symbolic length]
+    gen.shaped_by_data = own and getattr(exc, "shaped_by_data", False)
+
+
 def other_literal(actual: Any) -> bool:
     """A changed int's source now holds a literal that is no int or size (`seq[1]` was 3, is [3, 4] or 'b'):
     it is not made a symbol (as one, the list would be read as an opaque sequence)."""

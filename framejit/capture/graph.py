@@ -44,6 +44,7 @@ from .numpy_scalars import check_data_arguments
 from .op_warnings import mark_node, note_folded, run_held  # NOTE [Warnings of graph ops]
 from .sources import NameTable, Source
 from .tensor_subclasses import check_input_class, metadata_expr, result_class, settle_result
+from .unread_inputs import watch as watch_unread
 from .values import ConstantValue, SequenceValue, SymFloatValue, SymNodeValue, TensorValue, TupleValue, Value
 
 
@@ -299,11 +300,10 @@ class OutputGraph:
             raise Unsupported(BreakKind.UNSUPPORTED_VALUE,
                               f"tensor with a lazy {'conjugation' if tensor.is_conj() else 'negation'} bit "
                               f"at {source.describe()} (resolve_conj()/resolve_neg() it first)")
-        from .shapes import arrived_layout, dynamic_dims, is_symbolic, symbolic_fake  # NOTE [Symbolic shapes]
+        from .shapes import arrived_layout, dynamic_dims, is_symbolic, offset_view_fake, symbolic_fake  # NOTE [Symbolic shapes]
         dims = dynamic_dims(self, tensor, source.describe()) if tensor.dim() and not tensor.is_sparse else {}
         fake = symbolic_fake(self, tensor, source.expr(self.names), dims) if dims else None
         if not tensor.is_sparse:  # NOTE [Changing offsets of scalar views], NOTE [Changing offsets of rows]
-            from .shapes import offset_view_fake
             fake = offset_view_fake(self, tensor, source, fake)
         symbolic = fake is not None and is_symbolic(fake)
         if not symbolic:
@@ -316,6 +316,7 @@ class OutputGraph:
         node.meta["source"] = source.describe()
         value = TensorValue(node, fake, source, type(tensor))
         entry = GraphInput(source, tensor, value)
+        watch_unread(self, value, tensor, symbolic)  # NOTE [Tensors passed through unread]
         if symbolic:  # NOTE [Guards describe inputs as they arrived] (shapes.py)
             entry.layout = arrived_layout(fake)
         self.inputs.append(entry)

@@ -73,9 +73,9 @@ def torch_size() -> type:
 
 def _symbolic_dims(value: Any) -> frozenset[int]:
     from .values import TensorValue
-    if not isinstance(value, TensorValue) or getattr(value.fake, "is_sparse", False):
-        return frozenset()
-    return frozenset(d for d, size in enumerate(value.fake.shape) if not _concrete(size))
+    if not isinstance(value, TensorValue) or getattr(value._fake, "is_sparse", False):  # not a read: marks only (NOTE
+        return frozenset()  # [Tensors passed through unread] in unread_inputs.py)
+    return frozenset(d for d, size in enumerate(value._fake.shape) if not _concrete(size))
 
 
 def _symbolic_int(value: Any) -> bool:

@@ -439,7 +439,7 @@ def check_marked_dims(out) -> None:
     env = out.fake_mode.shape_env
     problems: list[str] = []
     for inp in out.inputs:
-        fake = getattr(inp.value, "fake", None)
+        fake = getattr(inp.value, "_fake", None)  # its type only: no read (NOTE [Tensors passed through unread])
         if not isinstance(fake, torch.Tensor) or not isinstance(inp.tensor, torch.Tensor):
             continue
         marked = set(getattr(inp.tensor, "_dynamo_dynamic_indices", ()) or ()) - \

@@ -123,9 +123,7 @@ def inlines_torch_function(cls: type) -> bool:
 def gate(value: Any) -> Any:
     """`value` as a GatedTensorValue when its class inlines its __torch_function__."""
     if type(value) is TensorValue and inlines_torch_function(value.cls):
-        fake = value.__dict__.pop("fake")
-        value.__class__ = GatedTensorValue
-        value.fake = fake
+        value.__class__ = GatedTensorValue  # its fake stays in `_fake`
         _STATE.live += 1
     return value
 

@@ -18,13 +18,26 @@ def _drop_host_index(fake: torch.Tensor) -> None:
 
 
 class TensorValue(Value):
+    watch = None  # a graph input whose reads are noted (NOTE [Tensors passed through unread] in unread_inputs.py)
+
     def __init__(self, node: torch.fx.Node, fake: torch.Tensor, source: Source | None = None,
                  cls: type = torch.Tensor) -> None:
         self.node = node
-        self.fake = fake
+        self._fake = fake
         _drop_host_index(fake)
         self.source = source
         self.cls = cls
+
+    @property
+    def fake(self) -> torch.Tensor:
+        """The fake tensor carrying the metadata; a read of a watched input's notes that the trace read it."""
+        if self.watch is not None:
+            self.watch.read = True
+        return self._fake
+
+    @fake.setter
+    def fake(self, fake: torch.Tensor) -> None:
+        self._fake = fake
 
     def python_type(self) -> type:
         return self.cls
