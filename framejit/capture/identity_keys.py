@@ -71,6 +71,10 @@ def set_element(tx, value: Value, into: Any = None) -> Any:
     made = _made_here_key(tx, value)
     if made is not None:  # NOTE [Objects made in the trace as keys]
         return made
+    from .values.value_keys import sourced_value_key
+    kept = sourced_value_key(value)
+    if kept is not None:  # NOTE [Immutable values as dict keys, by their source]
+        return kept
     from .values import UserFunctionValue
     if isinstance(value, UserFunctionValue) and _by_identity(tx, value) and \
             value.closure is None and value.attrs is None and value.defaults is None and value.kwdefaults is None:
