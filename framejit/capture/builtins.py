@@ -27,7 +27,7 @@ from .generator_ends import stop_iteration
 from .lazy_generators import LazyGeneratorValue, drain_whole
 from .values.containers import dict_iterator, drain_lent, drain_zipped, drawn_ahead_checked, iterates_as_tuple, \
     lent_error
-from .values import (ClassValue, ConstantValue, DictValue, IteratorValue, ListValue, PartialValue, SetValue,
+from .values import (ClassValue, ConstantValue, DictValue, IteratorValue, ListValue, SetValue,
                      TensorValue, TupleValue, Value)
 
 Handler = Callable[..., Value]
@@ -637,7 +637,8 @@ def _print(tx, args, kwargs):
 
 @handles(functools.partial)
 def _partial(tx, args, kwargs):
-    return PartialValue(args[0], list(args[1:]), dict(kwargs))
+    from .partials import new_partial  # NOTE [Partials of partials]
+    return new_partial(tx, args, kwargs)
 
 
 @handles(functools.reduce)

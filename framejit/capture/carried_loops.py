@@ -25,6 +25,7 @@ Two rules make such a loop compile a bounded number of times:
 from __future__ import annotations
 
 import collections
+import functools
 import inspect
 import itertools
 import re
@@ -83,6 +84,8 @@ class CarriedIteratorValue(Value):
 def opaque_iterator(out, obj: Any, source: Source) -> CarriedIteratorValue | None:
     """`obj` unread, when it is a lazy iterator a for loop steps in Python (NOTE [Iterators stepped as
     Python]), else None."""
+    if issubclass(type(obj), functools.partial):  # no __dict__ read: NOTE [Partials of partials] in partials.py
+        return None
     if type(obj) not in _STEPPED_TYPES and (hasattr(obj, "__dict__") or not _builtin_iterator(obj)) \
             or not _finalized_like_eager(obj):  # NOTE [Other iterators stepped as Python]
         return None

@@ -11,6 +11,7 @@ Persisted code names these functions by module and qualified name (persisted_cod
 from __future__ import annotations
 
 import collections
+import functools
 import itertools
 import sys
 import types
@@ -285,6 +286,8 @@ def _real_instance_dict(obj: Any) -> dict | None:
 # wrong values). Then the dict is read by the C function behind the getset, PyObject_GenericGetDict.
 # None for an object without an instance dict (or whose `__dict__` is not a plain dict, e.g. a class's).
 def real_instance_dict(obj: Any) -> dict | None:
+    if issubclass(type(obj), functools.partial) and partial_dict_absent(obj):
+        return None  # not made: NOTE [Partials of partials] in partials.py
     try:
         if not dict_overridden(type(obj)):  # the getset (a module's member), or no __dict__ at all
             d = object.__getattribute__(obj, "__dict__")
@@ -295,6 +298,14 @@ def real_instance_dict(obj: Any) -> dict | None:
     except (AttributeError, TypeError):
         return None
     return d if type(d) is dict else None
+
+
+def partial_dict_absent(p: functools.partial) -> bool:
+    """The partial's instance dict slot is empty, read without making the dict (`p.__dict__` would make it, for
+    good, and CPython's partial_new then no longer flattens `functools.partial(p, ...)`: NOTE [Partials of
+    partials] in partials.py)."""
+    import ctypes
+    return ctypes.c_void_p.from_address(id(p) + type(p).__dictoffset__).value is None
 
 
 def dict_overridden(cls: type) -> bool:

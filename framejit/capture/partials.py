@@ -18,6 +18,7 @@ import functools
 import types
 
 from .breaks import BreakKind, Unsupported, UserException
+from .codegen_runtime import partial_dict_absent as dict_absent
 from .values import (BoundMethodValue, BuiltinValue, ClassValue, ConstantValue, DictValue, PartialValue,
                      TupleValue, Value)
 
@@ -81,6 +82,42 @@ def store_partial_attr(tx, p: PartialValue, name: str, value: Value) -> None:
     tx.output.side_effects.bump(p)  # NOTE [Eager generators]: a fresh object changed
 
 
+# NOTE [Partials of partials]: CPython's partial_new flattens `functools.partial(p, *args, **kw)` when p is
+# called as a partial and has no instance dict yet: the new partial's func is p.func, its args p.args + args,
+# its keywords a copy of p.keywords updated with kw (so `q.func is scale`, not `q.func is p`). Reading
+# `p.__dict__` (or vars(p)) makes the dict, for good (it cannot be deleted), and p is no longer flattened by
+# any later call, eager or compiled: so framejit never reads the dict of a partial it observes (builder's
+# _has_identity tests the partial type before `hasattr(obj, "__dict__")`), and `dict_absent` looks at the
+# dict's slot without making it. A partial made in the trace has no dict unless the trace stored into it
+# (instance_dict); a partial from outside is guarded on the state of its slot. A partial subclass as func
+# (its object is not a PartialValue; 3.11 and 3.13 differ on one with its own __call__) is a break.
+def new_partial(tx, args: list, kwargs: dict) -> PartialValue:
+    """`functools.partial(*args, **kwargs)` while tracing (NOTE [Partials of partials])."""
+    func, rest = args[0], list(args[1:])
+    if not isinstance(func, PartialValue):
+        obj = getattr(func, "obj", getattr(func, "value", None))
+        if isinstance(obj, _PARTIAL) and type(obj) is not _PARTIAL:  # type(): no __class__ read
+            raise Unsupported(BreakKind.UNSUPPORTED_CALL, "functools.partial of an instance of a partial subclass")
+        return PartialValue(func, rest, dict(kwargs))
+    if not _flattened(tx, func):
+        return PartialValue(func, rest, dict(kwargs))
+    if func.keywords is not None:  # NOTE [Reads past writes through a namespace dict], as a call of func
+        tx.output.side_effects.check_namespace_read(func.keywords, "keywords")
+    return PartialValue(func.func, [*func.args, *rest], {**func.kwargs, **kwargs})
+
+
+def _flattened(tx, p: PartialValue) -> bool:
+    if getattr(p, "instance_dict", None) is not None:  # the trace stored into it or read its __dict__
+        return False
+    if p.source is None or p.real is None:
+        return True
+    absent = dict_absent(p.real)
+    out, e = tx.output, p.source.expr(tx.output.names)
+    check = f"{out.name_of(dict_absent, 'partial_dict_absent')}({e})"
+    out.add_guard("CONSTANT_MATCH", f"{check} is {absent}", p.source, expected=str(absent), actual=check)
+    return absent
+
+
 def check_rebuildable(p: PartialValue) -> None:
     """A partial whose `__dict__` got entries while traced is not rebuilt by make_partial."""
     if getattr(p, "instance_dict", None) is not None and p.instance_dict.items:
@@ -99,4 +136,4 @@ def partial_parts(p: PartialValue) -> list[Value]:
     return [p.func, *p.args, *p.kwargs.values()]
 
 
-__all__ = ["check_rebuildable", "make_partial", "partial_attr", "partial_parts"]
+__all__ = ["check_rebuildable", "dict_absent", "make_partial", "new_partial", "partial_attr", "partial_parts"]

@@ -53,9 +53,11 @@ def _run(fn, sizes=(6, 6, 4), before=None):
 def test_preserve_rng_state_false_draws_again_in_backward():
     def f(x):
         return checkpoint(_dropped, x, use_reentrant=False, preserve_rng_state=False).sum()
+    before = framejit.stats()
     eager, compiled = _run(f)
     assert compiled == eager
-    assert framejit.stats()["eager_frames"] == 0 and framejit.stats()["graphs"] >= 1
+    after = framejit.stats()
+    assert after["eager_frames"] == before["eager_frames"] and after["graphs"] > before["graphs"]
 
 
 def test_preserve_rng_state_false_with_parameters_and_random_ops_around():
@@ -63,9 +65,10 @@ def test_preserve_rng_state_false_with_parameters_and_random_ops_around():
         y = F.dropout(x, 0.5, training=True)
         z = checkpoint(_layer, y[:4] * 2, use_reentrant=False, preserve_rng_state=False)
         return (F.dropout(z, 0.2, training=True) + y[:4]).sum()
+    eager_frames = framejit.stats()["eager_frames"]
     eager, compiled = _run(f, sizes=(6, 6, 5))
     assert compiled == eager
-    assert framejit.stats()["eager_frames"] == 0
+    assert framejit.stats()["eager_frames"] == eager_frames
 
 
 def test_early_stop_false_recomputes_every_draw():

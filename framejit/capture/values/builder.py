@@ -402,7 +402,7 @@ def _wrap_partial(out, obj: functools.partial, source: Source) -> Value:
     out.add_guard("DICT_KEYS", f"___list({k}) == {list(obj.keywords)!r}", source,
                   expected=repr(list(obj.keywords)), actual=f"___list({k})")
     kwargs = {k: wrap(out, v, ItemSource(keywords, k)) for k, v in obj.keywords.items()}
-    return PartialValue(func, args, kwargs, source, obj.keywords)
+    return PartialValue(func, args, kwargs, source, obj.keywords, obj)
 
 
 def _wrap_sequence(out, obj: Any, source: Source) -> Value:
@@ -597,9 +597,8 @@ def _has_identity(obj: Any) -> bool:
     if type(obj) in (list, dict, set, collections.OrderedDict, collections.deque, _LIST_ITERATOR,
                      _LIST_REVERSE_ITERATOR, *_SEQUENCE_ITERATORS) or isinstance(obj, torch.nn.Module):
         return True
-    return hasattr(obj, "__dict__") and not isinstance(obj, (type, types.ModuleType, types.FunctionType,
-                                                             types.MethodType, torch.Tensor, functools.partial,
-                                                             enum.Enum))
+    return not isinstance(obj, (type, types.ModuleType, types.FunctionType, types.MethodType, torch.Tensor,
+                                functools.partial, enum.Enum)) and hasattr(obj, "__dict__")  # NOTE [Partials..]
 
 
 def _lookup_runs_user_code(obj: Any) -> bool:

@@ -107,9 +107,10 @@ class PartialValue(Value):
     """functools.partial(func, *args, **kwargs) with abstract arguments."""
 
     def __init__(self, func: Value, args: list[Value], kwargs: dict[str, Value], source: Source | None = None,
-                 keywords: dict | None = None):
+                 keywords: dict | None = None, real: Any = None):
         self.func = func
         self.args = args
         self.kwargs = kwargs
         self.source = source
         self.keywords = keywords  # the real partial's `keywords` dict (a partial from outside), read when called
+        self.real = real  # that partial itself (NOTE [Partials of partials] in partials.py)
