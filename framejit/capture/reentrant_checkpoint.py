@@ -108,7 +108,7 @@ class ReentrantCall:
 
         def run(*args):  # what eager's `fn` returns, from the region's tensors
             runs[0] += 1  # the first run is the forward's; later ones, backwards' recomputations
-            if at_call is not None and runs[0] > 1 and not recall.holds(at_call):
+            if at_call is not None and runs[0] > 1 and not recall.holds(at_call, held):
                 return recall.eager(at_call[1], held, args)  # NOTE [State changed between the forward and the ...]
             made = iter(region(*args, *rest))
             if single:
@@ -343,6 +343,7 @@ def _traced(tx, function, fn_args: list, tensor_args: list, markers: list, optio
         _switch(out, False, _SWITCH)
     out.reentrant_depth = out.__dict__.get("reentrant_depth", 0) + 1
     outer = tracing(out.side_effects)  # NOTE [State the frame writes around a reentrant call]
+    out.side_effects.region_reads.got = recall[1]
     try:
         result = tx.call(function, fn_args, {})
     except UserException:  # eager raises it from the forward: the call runs as Python at a break

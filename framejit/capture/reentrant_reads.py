@@ -21,8 +21,10 @@ from .values.base import ConstantValue
 #   global_value, cell_value return the stored value; not a store the region made itself) of a plain constant is
 #   a check: the recomputation runs the region only where the store holds that value then (the attribute read
 #   from the instance dict of the object the getter gets from the frame's arguments, as guards read it; a global
-#   from its dict; a cell's contents), else `fn` itself, as where a guard fails. A read of any other stored value
-#   (a tensor, a made object, a symbolic float), of a cell found through a source, or a load of a container from
+#   from its dict; a cell's contents), else `fn` itself, as where a guard fails; of a symbolic int or float of the
+#   graph (`b.n = x.shape[0]`), a check against the value the graph call held for it (`_Held`: a recipe node, so a
+#   dynamic size does not make every recomputation eager, revAN R2). A read of any other stored value
+#   (a tensor, a made object), of a cell found through a source, or a load of a container from
 #   outside the frame wrote before the call (the values the translator pushes) makes the recall stale: every
 #   recomputation runs `fn`, which reads the state then, as eager's;
 # - a list, dict, set or object made in the frame before the call that the region loads is noted, and where the
@@ -60,6 +62,7 @@ class RegionReads:
         self.checks: list = []  # (kind, source or owner, name, the constant the region read): current()
         self.keys: set = set()
         self.end = 0  # len(effects.touched) when the region's trace ended
+        self.got = None  # the call's reentrant_recall.Got: its graph call holds a symbolic number a check reads
 
     def read(self, table: str, key, entry, checkable: bool = True) -> None:
         """The region reads `entry`, the frame's store under `key` in `effects.<table>`: where the frame made it
@@ -69,14 +72,17 @@ class RegionReads:
             return
         self.keys.add((table, key))
         stored = entry[-1]
-        if not checkable or not isinstance(stored, ConstantValue) or type(stored.value) not in _PLAIN:
+        expected = _Held(self.got, stored) if checkable and self.got is not None and _symbolic(stored) else \
+            stored.value if checkable and isinstance(stored, ConstantValue) and type(stored.value) in _PLAIN else \
+            _MISSING
+        if expected is _MISSING:
             self.stale = f"its function reads {_what(table, entry)}, which the frame stored before the call"
         elif table == "attrs" and getattr(entry[0], "source", None) is not None:
-            self.checks.append(("attr", entry[0].source, entry[1], stored.value))
+            self.checks.append(("attr", entry[0].source, entry[1], expected))
         elif table == "globals":
-            self.checks.append(("global", entry[0], entry[1], stored.value))
+            self.checks.append(("global", entry[0], entry[1], expected))
         elif table == "cells" and key not in self.effects.cell_sources:
-            self.checks.append(("cell", entry[0], None, stored.value))
+            self.checks.append(("cell", entry[0], None, expected))
         else:
             self.stale = f"its function reads {_what(table, entry)}, which the frame stored before the call"
 
@@ -241,11 +247,30 @@ def current(kind: str, owner, name):
         return _MISSING
 
 
-def holds(checks: list, owners: tuple) -> bool:
+class _Held:
+    """A check's value that is a symbolic number of the trace (`s.b.n = x.shape[0]`, revAN R2): the value the graph
+    call held for it (the `index`-th of the recipes' nodes), compared in the backward."""
+
+    def __init__(self, got, value) -> None:
+        from .reentrant_recall import recipe
+        self.index = recipe(value, got)[1]
+
+
+def _symbolic(value) -> bool:
+    from .values.scalars import SymFloatValue, SymNodeValue
+    import torch
+    return isinstance(value, (SymNodeValue, SymFloatValue)) and isinstance(getattr(value, "node", None), torch.fx.Node)
+
+
+def holds(checks: list, owners: tuple, held: tuple = ()) -> bool:
     """Whether every check's store holds what the region read (`owners`: the getter's values of the "attr" checks'
-    sources, in order)."""
+    sources, in order; `held`: the graph call's values of the recipes' nodes)."""
     owners = iter(owners)
     for kind, owner, name, expected in checks:
+        if isinstance(expected, _Held):
+            expected = held[expected.index]
+            expected = expected.item() if hasattr(expected, "item") and not isinstance(expected, (int, float)) \
+                else expected
         now = current(kind, next(owners) if kind == "attr" else owner, name)
         if type(now) is not type(expected) or now != expected:
             return False

@@ -192,11 +192,11 @@ class Recall:
         except Exception:  # not got: the region runs in the backward, as before
             return None
 
-    def holds(self, at_call) -> bool:
+    def holds(self, at_call, nodes: tuple = ()) -> bool:
         """Whether the region is what `fn` would run now, in a recomputation: the frame's guards hold (checked once
         per backward for all the frame call's regions, under the frame's grad mode), the graph inputs the region
         reads are the same, and so are the stores of the frame it read (NOTE [State the frame writes around a
-        reentrant call])."""
+        reentrant call]; `nodes`: the graph call's values of the recipes' nodes)."""
         if self.stale is not None:  # NOTE [State the frame writes around a reentrant call]
             return False
         from .reentrant_reads import holds as reads_hold
@@ -215,7 +215,7 @@ class Recall:
             return ok
         try:
             now = self.getter(*args, **kwargs)
-            if self.checks and not reads_hold(self.checks, now[self.first:]):
+            if self.checks and not reads_hold(self.checks, now[self.first:], nodes):
                 return False  # a store the region read holds another value now
             return not self.watched or not any(
                 a is not b and (isinstance(a, torch.Tensor) or isinstance(b, torch.Tensor) or bool(a != b))

@@ -21,6 +21,7 @@ import torch.nn as nn
 import torch.utils.checkpoint as ckpt
 
 import framejit
+import framejit.capture.reentrant_recall as reentrant_recall
 from tests.helpers import CountingBackend, assert_same, assert_same_grads, logged_breaks
 
 
@@ -152,3 +153,65 @@ def test_state_reached_other_than_by_a_plain_read_is_read_by_the_recomputation_a
         recalls = [n.target.recall for gm in backend.graphs for n in gm.graph.nodes
                    if type(n.target).__name__ == "ReentrantCall"]
         assert recalls and all(r.stale is not None or r.checks for r in recalls)
+
+
+class _Sized(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin, self.n = nn.Linear(4, 4), 1
+
+    def forward(self, t):
+        return self.lin(t) * self.n
+
+
+class _SizeModel(nn.Module):
+    def __init__(self, case: str) -> None:
+        super().__init__()
+        self.case, self.b = case, _Sized()
+
+    def forward(self, x):
+        if self.case == "restored":
+            old = self.b.n
+            self.b.n = x.shape[0]
+            y = ckpt.checkpoint(self.b, x, use_reentrant=True)
+            self.b.n = old
+            return y
+        self.b.n = x.shape[0]
+        return ckpt.checkpoint(self.b, x, use_reentrant=True)
+
+
+@pytest.mark.parametrize("case", ["kept", "changed_by_the_caller", "restored"])
+def test_a_stored_size_is_checked_against_the_value_of_the_call(case, monkeypatch):
+    """revAN R2: `self.b.n = x.shape[0]` read by the region made every recomputation run `fn` eagerly once the size
+    was symbolic (3 of 4 backwards at the parent); the check now compares the stored attribute with the size the
+    graph call had: the region recomputes where it holds, `fn` runs (as eager's) where the caller or the frame
+    changed it."""
+    torch.manual_seed(0)
+    model = _SizeModel(case)
+    twin = copy.deepcopy(model)
+
+    def steps(target, m):
+        result = []
+        for k in range(4):
+            x = torch.randn(2 + k, 4, generator=torch.Generator().manual_seed(k)).requires_grad_()
+            out = target(x)
+            if case == "changed_by_the_caller":
+                m.b.n = 7 + k
+            out.pow(2).sum().backward()
+            result.append((out.detach(), x.grad, {n: p.grad for n, p in m.named_parameters()}))
+            m.zero_grad(set_to_none=True)
+        return result
+    want = steps(model, model)
+    runs = []
+    eager = reentrant_recall.Recall.eager
+    monkeypatch.setattr(reentrant_recall.Recall, "eager", lambda self, *a: runs.append(1) or eager(self, *a))
+    backend = CountingBackend()
+    with logged_breaks() as records:
+        got = steps(framejit.compile(twin, backend=backend), twin)
+    for (out, xg, grads), (w_out, w_xg, w_grads) in zip(got, want):
+        assert_same(out, w_out)
+        torch.testing.assert_close(xg, w_xg, atol=1e-6, rtol=1e-5)
+        assert_same_grads(grads, w_grads)
+    assert not [r for r in records if "graph break" in r], records
+    assert backend.graph_count == 2
+    assert len(runs) == (0 if case == "kept" else 4)
