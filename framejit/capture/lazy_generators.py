@@ -688,7 +688,8 @@ def drain_whole(tx, value: Value) -> list[Value]:
     from .torch_function_inline import length_hint_gated
     items = length_hint_gated(tx, value, iterate(tx, value))
     if isinstance(value, IteratorValue):
-        value.ended_in_order = True  # drawn to its end (NOTE [Iterators claimed by a run ahead])
+        from .values.iterator_claims import mark_ended_in_order
+        mark_ended_in_order(value)  # drawn to its end (NOTE [Iterators claimed by a run ahead])
     return items
 
 

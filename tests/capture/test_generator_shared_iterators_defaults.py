@@ -216,6 +216,53 @@ def test_iterators_stepped_ahead_and_read_elsewhere(fn):
     _compare(fn)
 
 
+# ---- revBB HIGH-1: a run ahead drained another run-ahead generator to its end: that end is ahead of eager too ----
+def genexpr_over_genexpr_then_rest(x):
+    it = iter([1, 2, 3])
+    h = (v for v in it)
+    g = (v * 2 for v in h)
+    return x + next(g), list(it)
+
+
+def generator_draining_genexpr_then_next(x):
+    it = iter(range(6))
+    h = (v for v in it)
+
+    def g_fn():
+        yield next(h)
+        yield list(h)
+    g = g_fn()
+    return x + next(g), next(it, "none")
+
+
+def zip_over_genexpr_over_genexpr_then_rest(x):
+    it = iter([1, 2, 3, 4])
+    h = (v for v in it)
+    z = zip((v * 2 for v in h), "ab")
+    return x + 1, list(z), list(it)
+
+
+def generator_chain_then_rest(x):
+    it = iter([1, 2, 3, 4])
+
+    def h_fn():
+        for v in it:
+            yield v
+
+    def g_fn(src):
+        for v in src:
+            yield v * 2
+    g = g_fn(h_fn())
+    return x + next(g), list(it)
+
+
+@pytest.mark.parametrize("fn", [genexpr_over_genexpr_then_rest, generator_draining_genexpr_then_next,
+                                zip_over_genexpr_over_genexpr_then_rest, generator_chain_then_rest],
+                         ids=lambda f: f.__name__)
+def test_generator_drained_by_another_run_ahead_keeps_its_claim(fn):
+    _compare(fn)
+
+
 def test_extend_of_genexpr_over_reading_generator():
     _compare(extend_genexpr_over_reader)
 

@@ -16,7 +16,7 @@ from typing import Any
 from ..breaks import BreakKind, Unsupported, UserException
 from ..sources import Source
 from .base import MADE_ORDER, ConstantValue, Value
-from .iterator_claims import Claim, check_claims, claim, collecting, note_claimed_step
+from .iterator_claims import Claim, check_claims, claim, collecting, mark_ended_in_order, note_claimed_step
 
 
 class SequenceValue(Value):
@@ -256,7 +256,8 @@ class IteratorValue(Value):
         if self.check is not None:
             self.check()
         if self.index >= len(self.items):
-            self.exhausted = self.ended_in_order = True  # NOTE [Iterators claimed by a run ahead]
+            self.exhausted = True
+            mark_ended_in_order(self)  # NOTE [Iterators claimed by a run ahead]
             return None
         if self.view in ("values", "items"):
             self.items[self.index] = self._live_item(self.index)

@@ -12,7 +12,9 @@ run is `claimed` by it (`collect_steps`, `claim`): a later step of it (IteratorV
 generator's resume) or a read of its position (returned, live at a break: codegen, side_effects' moves of
 outside iterators) while the claim is live is a break:
 - a generator's claim is live until the generator was drawn to its end in order (a step that found it ended,
-  or a whole drain: list(), tuple(), `[*g]`) and lent to no combinator; the break carries `retry_lazy` (the
+  or a whole drain: list(), tuple(), `[*g]`) and lent to no combinator; an end reached inside another run
+  ahead (`h` drained by `g = (v * 2 for v in h)` run at its call) is ahead of eager too and does not count
+  (`mark_ended_in_order`; revBB HIGH-1: `next(g); list(it)` gave [] where eager gives [2, 3]); the break carries `retry_lazy` (the
   frame is traced again with that generator lazy, its body stepped in the consumer's order) and lands where
   it was made when that retry is not taken;
 - a combinator's claim (and a lazy generator's drawn at once by a consumer that may stop early: any(), all(),
@@ -56,6 +58,12 @@ def note_claimed_step(iterator: Any) -> None:
     for stepped in _COLLECTING:
         stepped[id(iterator)] = iterator
     check_claims(iterator)
+
+
+def mark_ended_in_order(iterator: Any) -> None:
+    """`iterator` was drawn to its end in order: its claims end, unless a run ahead drew it (that is ahead of eager)."""
+    if not _COLLECTING:
+        iterator.ended_in_order = True
 
 
 def check_claims(iterator: Any) -> None:
