@@ -71,12 +71,6 @@ def set_element(tx, value: Value, into: Any = None) -> Any:
     made = _made_here_key(tx, value)
     if made is not None:  # NOTE [Objects made in the trace as keys]
         return made
-    from .process_ids import BUILT
-    if into is BUILT or isinstance(into, DictValue):  # a dict key (dict_key: any lookup), not a set element: a
-        from .values.value_keys import sourced_value_key  # set of such keys would iterate in address order
-        kept = sourced_value_key(value)
-        if kept is not None:  # NOTE [Immutable values as dict keys, by their source]
-            return kept
     from .values import UserFunctionValue
     if isinstance(value, UserFunctionValue) and _by_identity(tx, value) and \
             value.closure is None and value.attrs is None and value.defaults is None and value.kwdefaults is None:
@@ -123,8 +117,7 @@ def dict_key(tx, value: Value, into: Any = None) -> Any:
     """The key `value` is in a dict looked up (or written) by the program; a dict key hashes as a set element
     does, and dicts keep insertion order. A dict being built (BUILD_MAP, MAP_ADD, dict(pairs)) takes
     set_element."""
-    from .values.value_keys import sourced_value_key
-    key = sourced_value_key(value) or set_element(tx, value, into)  # NOTE [Immutable values as dict keys, ..]
+    key = set_element(tx, value, into)
     if HOOK_IDS_LIVE and type(key) is int:
         from .hook_handles import note_key_lookup  # NOTE [Hook ids that never leave the trace]
         note_key_lookup(tx, key)

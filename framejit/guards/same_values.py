@@ -75,24 +75,13 @@ def exact_key(key: Any) -> bool:
     return has_zero(key) or typed_items(key)
 
 
-_PLAIN_ITEMS = (int, str, bool, bytes, type(None))  # `==` with the same type tells them apart
-
-
 def same_key(expected: Any, value: Any) -> bool:
-    """`same_constant`, where the items of a tuple (nested too) also keep their types. A namedtuple is compared
-    through tuple's own length and iteration (no code of its class runs), a frozenset by its items with their
-    types in iteration order ({1} == {True}; equal frozensets may iterate differently), a range by its start,
-    stop and step (range(0) == range(5, 5)): NOTE [Immutable values as dict keys, by their source]."""
+    """`same_constant`, where the items of a tuple (nested too) also keep their types."""
     if type(value) is not type(expected):
         return False
     if isinstance(expected, tuple):
-        return tuple.__len__(value) == tuple.__len__(expected) and all(
-            (type(b) is type(a) and b == a) if type(a) in _PLAIN_ITEMS else same_key(a, b)
-            for a, b in zip(tuple.__iter__(expected), tuple.__iter__(value)))
-    if type(expected) is frozenset:
-        return value == expected and [(type(v), v) for v in value] == [(type(v), v) for v in expected]
-    if type(expected) is range:
-        return (value.start, value.stop, value.step) == (expected.start, expected.stop, expected.step)
+        return len(value) == len(expected) and (type(expected) is tuple or value == expected) and \
+            all(map(same_key, expected, value))
     return same_constant(expected, value)
 
 

@@ -35,7 +35,6 @@ from .callables import BoundMethodValue, BuiltinValue, PartialValue, TensorMetho
 from .containers import DictValue, ListValue, SetValue, TupleValue
 from .objects import ClassValue, NNModuleValue, ObjectValue, PyModuleValue
 from .plain_bases import plain_namedtuple
-from .value_keys import unmodelled_key, value_key, wrap_value_key
 from .iterator_wrap import (_LIST_ITERATOR, _LIST_REVERSE_ITERATOR, _SEQUENCE_ITERATORS, _wrap_list_iterator,
                             _wrap_list_reverse_iterator, _wrap_sequence_iterator)
 
@@ -499,7 +498,7 @@ def _keys_check(out, e: str, keys: list) -> str:
                 out.name_of(copy.copy(k) if value_key_fields(k) is not None else k, "key")
                 for k in keys]
     types = [out.name_of(type(k), type(k).__name__) for k in keys]
-    exact = tuple(x != "..." and (exact_key(k) or value_key(k, _constant_key)) for x, k in zip(expected, keys))
+    exact = tuple(x != "..." and exact_key(k) for x, k in zip(expected, keys))
     fn = out.name_of(_same_exact_keys, 'same_exact_keys') if any(exact) else out.name_of(_same_keys, 'same_keys')
     return (f"{fn}({e}, ({''.join(x + ', ' for x in expected)}), ({''.join(t + ', ' for t in types)})"
             + (f", {exact!r})" if any(exact) else ")"))
@@ -532,10 +531,8 @@ def _wrap_dict(out, obj: dict, source: Source) -> Value:
         return ObjectValue(obj, source)
     keys = list(obj.keys())
     from ..identity_keys import identity_hashed  # NOTE [Objects as dict keys]
-    if not all(_constant_key(k) or type(k) in (torch.Tensor, torch.nn.Parameter) or identity_hashed(k) or
-               value_key(k, _constant_key) for k in keys):  # NOTE [Immutable values as dict keys, by their source]
-        raise Unsupported(BreakKind.UNSUPPORTED_VALUE, f"dict {source.describe()} has non-constant keys"
-                          f"{unmodelled_key(keys, _constant_key)}")
+    if not all(_constant_key(k) or type(k) in (torch.Tensor, torch.nn.Parameter) or identity_hashed(k) for k in keys):
+        raise Unsupported(BreakKind.UNSUPPORTED_VALUE, f"dict {source.describe()} has non-constant keys")
     out.guard_type(source, type(obj))
     e = source.expr(out.names)
     if all(_literal_key(k) for k in keys):
@@ -576,8 +573,6 @@ def _dict_key(out, key: Any, source: Source, index: int) -> tuple[Any, Source | 
     place the trace saw that tensor (NOTE [Keys by their source])."""
     from ..identity_keys import identity_hashed, set_element
     if not isinstance(key, torch.Tensor) and not identity_hashed(key):  # NOTE [Objects as dict keys]
-        if not _constant_key(key) and value_key(key, _constant_key):  # NOTE [Immutable values as dict keys, ..]
-            return wrap_value_key(out, key, source, index)
         return key, None
     from ..sources import CallSource, Ref
     value = wrap(out, key, ItemSource(CallSource(Ref(list, "list"), source), index))

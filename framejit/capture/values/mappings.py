@@ -127,22 +127,6 @@ class IdentityKey:
         return f"<{self.value.describe()}>"
 
 
-class ImmutableKey(IdentityKey):
-    """An immutable value from outside as a dict key (NOTE [Immutable values as dict keys, by their source] in
-    values/value_keys.py): hashes and compares as `token`, the real key, and stands for `value`, the key read
-    through its source."""
-
-    __slots__ = ()
-
-    def __hash__(self) -> int:
-        return hash(self.token)
-
-    def __eq__(self, other: object) -> bool:
-        if isinstance(other, IdentityKey):
-            return type(other) is ImmutableKey and other.token == self.token
-        return self.token == other
-
-
 class ValueKey:
     """A frozen dataclass instance as a set element or dict key (NOTE [Frozen dataclasses as dict keys] in
     builder.py): hashes and compares as `real`, the instance built from its field values, and stands for
@@ -191,6 +175,5 @@ def key_value(key: Any, read: bool = True) -> Value:
     return ConstantValue(key)
 
 
-__all__ = ["HOOK_IDS_LIVE", "PROCESS_IDS_LIVE", "DefaultDictValue", "DictViewValue", "IdentityKey", "ImmutableKey",
-           "MappingProxyValue", "ValueKey", "key_value", "note_key_read",
+__all__ = ["HOOK_IDS_LIVE", "PROCESS_IDS_LIVE", "DefaultDictValue", "DictViewValue", "IdentityKey", "MappingProxyValue", "ValueKey", "key_value", "note_key_read",
            "view_type"]

@@ -1,7 +1,6 @@
 """Library types a value is modelled as only while its class keeps the library's behaviour."""
 from __future__ import annotations
 
-import collections
 from typing import Any
 
 
@@ -25,27 +24,10 @@ def plain_namedtuple_class(out, cls: type) -> bool:
     """No class of the namedtuple class `cls` before tuple defines one of tuple's methods (guarded absent); a
     class made while tracing (a call of it) is modelled as a namedtuple only then."""
     own = cls.__mro__[:cls.__mro__.index(tuple)]
-    if any(name in vars(klass) for klass in own for name in _TUPLE_METHODS) or own_text_dunder(cls):
+    if any(name in vars(klass) for klass in own for name in _TUPLE_METHODS):
         return False
-    from ..lookup import guard_class_absent, guard_lookup, guard_mro
+    from ..lookup import guard_class_absent, guard_mro
     guard_mro(out, cls)
     for name in _TUPLE_METHODS:
         guard_class_absent(out, own, name)
-    for name in _TEXT_DUNDERS:  # NOTE [Text of namedtuples]
-        guard_lookup(out, cls, name)
     return True
-
-
-# NOTE [Text of namedtuples]: `repr`, `str` and `f"{t}"` of a namedtuple are folded while tracing with the
-# `__repr__` its class had then; `P.__repr__ = ...` (or `__str__`, `__format__`) set after the first call was not
-# noticed (revAS HIGH-2: eager 'REPR!', framejit 'P(a=1, b=2)'). Where each of them is found is guarded for every
-# namedtuple modelled as one. `own_text_dunder`: a class (before tuple) with a text method of its own, not the one
-# collections.namedtuple generates (whose code all namedtuples share): user code that such folding would run once.
-_TEXT_DUNDERS = ("__repr__", "__str__", "__format__")
-_GENERATED_REPR = collections.namedtuple("_Probe", "a").__repr__.__code__
-
-
-def own_text_dunder(cls: type) -> bool:
-    own = cls.__mro__[:cls.__mro__.index(tuple)]
-    return any(name in vars(klass) and not (name == "__repr__" and _GENERATED_REPR is getattr(
-        vars(klass)[name], "__code__", None)) for klass in own for name in _TEXT_DUNDERS)
