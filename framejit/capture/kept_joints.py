@@ -314,10 +314,11 @@ def break_entry_settles(output, gen, compiled: Any) -> tuple[bool, Any]:
         return False, None
     from torch.multiprocessing.reductions import StorageWeakRef
     from .sources import LocalSource
+    from .unread_inputs import maybe_requires_grad  # NOTE [Tensors passed through unread]
     try:
         arguments = {StorageWeakRef(inp.value.fake.untyped_storage()) for inp in output.inputs
                      if isinstance(inp.value, TensorValue) and isinstance(inp.source, LocalSource)
-                     and inp.value.fake.requires_grad}
+                     and maybe_requires_grad(output, inp.value)}
         held = [StorageWeakRef(v.fake.untyped_storage()) for v in live_tensors(
             [v for v in gen.values() if not isinstance(v, TensorValue)], inputs=True) if isinstance(v, TensorValue)]
     except Exception:  # a tensor without storage (sparse, nested): not known to be unobserved
@@ -334,10 +335,11 @@ def passes_arguments_only_to_graphs(output, ret) -> bool:
         return False
     from torch.multiprocessing.reductions import StorageWeakRef
     from .sources import LocalSource
+    from .unread_inputs import maybe_requires_grad  # NOTE [Tensors passed through unread]
     try:
         arguments = {StorageWeakRef(inp.value.fake.untyped_storage()) for inp in output.inputs
                      if isinstance(inp.value, TensorValue) and isinstance(inp.source, LocalSource)
-                     and inp.value.fake.requires_grad}
+                     and maybe_requires_grad(output, inp.value)}
         returned = [StorageWeakRef(v.fake.untyped_storage()) for v in live_tensors([ret], inputs=True)
                     if isinstance(v, TensorValue)]
     except Exception:  # a tensor without storage (sparse, nested): not known to be unobserved

@@ -52,6 +52,14 @@ def relax(out: Any, graphs: list) -> None:
               and not _reached_through(out, value.source.describe(), guard)}
     if unread:
         out.guards[:] = [unread[id(g)].parts[0] if id(g) in unread else g for g in out.guards]
+        out.relaxed_inputs = {id(value) for value, guard in watched if id(guard) in unread}
+
+
+def maybe_requires_grad(out: Any, value: Any) -> bool:
+    """`value`, an input of `out`, may require grad when its entry runs: it did at the trace, or its entry does not
+    guard it (relaxed above). Facts read after `relax` are not guarded (revBE HIGH-1: an entry traced when its
+    argument did not require grad, relaxed, was taken as returning no argument that requires grad)."""
+    return id(value) in out.__dict__.get("relaxed_inputs", ()) or value.fake.requires_grad
 
 
 def _reached_through(out: Any, where: str, own: Any) -> bool:

@@ -213,3 +213,30 @@ def test_result_of_a_call_that_broke_inside_is_not_symbolic():
     shapes = [[tuple(p.meta["val"].shape) for p in gm.graph.nodes if p.op == "placeholder"] for gm in backend.graphs]
     assert [[type(size) for size in shape] for shape in shapes[-1]] == [[int, int]], shapes
     assert isinstance(shapes[-2][0][0], torch.SymInt), shapes
+
+
+def _product_then_break(x, w):
+    y = x * w
+    z = y * 3
+    print("between")  # a break: the resume function gets y and returns it as it is
+    return y, z
+
+
+def test_onnxrt_relaxed_resume_entry_traced_without_grad_does_not_hand_on_the_joints_result(capsys):
+    # revBE HIGH-1 on a7e0ced: the resume function `return y, z`, traced when y did not require grad, was relaxed
+    # to a type guard and still taken as returning no argument that requires grad, so with grad the onnxrt joint's
+    # y reached the caller: grad_fn CompiledFunctionBackward, autograd.grad(z.sum(), y) raised
+    compiled = framejit.compile(_product_then_break, backend="onnxrt")
+    for requires_grad in (False, True, True):
+        results = []
+        for fn in (_product_then_break, compiled):
+            w = torch.full((2, 3), 2.0, requires_grad=requires_grad)
+            y, z = fn(torch.ones(2, 3), w)
+            seen = [type(y.grad_fn).__name__, y.requires_grad]
+            if requires_grad:
+                seen.append(torch.autograd.grad(z.sum(), y, retain_graph=True)[0].tolist())
+                (y.sum() + z.sum()).backward()
+                seen.append(w.grad.tolist())
+            results.append(seen)
+        assert results[1] == results[0]
+    assert capsys.readouterr().out.count("between") == 6
