@@ -118,7 +118,7 @@ def worth_trying(fn: types.FunctionType, exc: Exception) -> bool:
 class Frame:
     """One frame on the inline stack at the break: where it resumes and what it passes on."""
 
-    def __init__(self, tx: Any, index_after: int, below: list) -> None:
+    def __init__(self, tx: Any, index_after: int, below: list, stacks: list = ()) -> None:
         self.tx = tx
         self.call = self.step = normalize(tx.code).insts[index_after - 1]  # the instruction it is at
         self.code, self.target = origin(tx.code, index_after)
@@ -132,7 +132,7 @@ class Frame:
             raise refuse("a closure guarded by its code (another function object's cells may come next)")
         if any(_slot_kind(v) not in ("value", "null", "iter", "carried") for v in below):
             raise refuse("a stack slot that is not a value")
-        self.cell_values = _cell_values(tx, below, index_after - 1)
+        self.cell_values = _cell_values(tx, below + list(stacks), index_after - 1)
         fast = [n for n in tx.locals if not n.startswith(STACK_PREFIX)]
         found = local_liveness.resume_locals(self.code, self.target, fast)
         self.names = (tuple(fast) if found is None else tuple(found[0])) + tuple(self.cell_values)
@@ -150,7 +150,9 @@ class Frame:
 
 def _cell_values(tx: Any, below: list, index: int) -> dict[str, Any]:
     """The frame's own cell variables, passed on as locals (their values: NOTE [Cells at breaks]); none may be
-    shared with a closure that sees it written later, or be empty (the resume function makes each cell anew)."""
+    shared with a closure that sees it written later, or be empty (the resume function makes each cell anew).
+    `below` holds, besides the frame's stack below its instruction, every frame's whole stack at the break
+    (NOTE [Closures passed at a nested break])."""
     own = set(tx.code.co_cellvars)
     cells = {n: c for n, c in tx.cells.items() if n in own}
     if not all(isinstance(c, CellValue) and c.contents is not None for c in cells.values()):
@@ -175,6 +177,7 @@ def plan(root_fn: types.FunctionType, inner: Any, exc: Exception) -> tuple[list[
         raise refuse("the root is framejit's own function (a compiled module's call)")
     frames = []
     module_calls = []
+    stacks = _whole_stacks(chain)  # NOTE [Closures passed at a nested break]
     for tx, child in zip(chain, chain[1:]):
         inst = _checked(tx, tx.current.index)
         if inst.name not in ("CALL", "CALL_FUNCTION_EX") or tx.operands is None:
@@ -186,12 +189,12 @@ def plan(root_fn: types.FunctionType, inner: Any, exc: Exception) -> tuple[list[
         if isinstance(callee, UserFunctionValue) and getattr(callee.fn, "__framejit_module_called__", False):
             raise refuse("a module-called resume function (its hook serves every call site)")
         module_calls.append(isinstance(callee, NNModuleValue))
-        frames.append(Frame(tx, tx.current.index + 1, tx.operands[:len(tx.operands) - _consumed(inst)]))
+        frames.append(Frame(tx, tx.current.index + 1, tx.operands[:len(tx.operands) - _consumed(inst)], stacks))
     inst = _checked(inner, inner.stop_at)
     if inst.name not in _STEPS or inst.name == "RAISE_VARARGS" and inst.arg == 0 or \
             inst.name not in ("CALL", "CALL_FUNCTION_EX") and _SIMPLE[inst.name](inst.arg)[1] > 1:
         raise refuse(f"{inst.name} at the break")  # the step function returns one value (not an unpacking's)
-    frames.append(Frame(inner, inst.index + 1, inner.stack[:len(inner.stack) - _consumed(inst)]))
+    frames.append(Frame(inner, inst.index + 1, inner.stack[:len(inner.stack) - _consumed(inst)], stacks))
     for frame, module_call in zip(frames[1:], module_calls):
         frame.module_called = module_call
     if any(local_liveness.in_loop(f.code, f.target) for f in frames):  # NOTE [Nested breaks in loops]
@@ -199,6 +202,23 @@ def plan(root_fn: types.FunctionType, inner: Any, exc: Exception) -> tuple[list[
     if _open_managers(inner.output, chain[0].current.index):  # NOTE [Nested breaks with open managers]
         raise refuse("a context manager entered by a call is still open")
     return frames, BreakSite(inst, _consumed(inst))
+
+
+# NOTE [Closures passed at a nested break]: a closure made in a frame on the path over one of its cells may be
+# live only in the slots an instruction consumes (`checkpoint(lambda t: t * s, x)` at the innermost step, or a
+# lambda passed down as an argument of the call into the next frame), or in another frame's locals. The step
+# rebuilds it over a cell of its own; a frame whose cell was then passed on as its value (a new cell in the
+# resume function) and that writes it after the break (`s = 3.0`) left the closure reading the old value: the
+# reentrant checkpoint's recomputation in backward read s = 2.0 where eager reads 3.0 (review hhuntG7 HIGH-1).
+# Every frame's cells are checked against the values of every frame's whole stack and locals (a shared cell
+# keeps the plain break, which passes it on as the cell itself: NOTE [Cells passed to resume functions]).
+def _whole_stacks(chain: list) -> list:
+    values = []
+    for tx in chain:
+        values.extend(tx.operands if tx is not chain[-1] and tx.operands is not None else tx.stack)
+        values.extend(tx.locals.values())
+        values.extend(getattr(c, "contents", None) for c in tx.cells.values())
+    return values
 
 
 # NOTE [Nested breaks with open managers]: a torch manager entered by a call (`m.__enter__()`,

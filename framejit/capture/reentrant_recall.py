@@ -271,7 +271,10 @@ def make_recall(items: tuple, got: Got, key: tuple, watched: list, output, shape
 # written by a function of the root's code through `nonlocal`, the frame is traced again with that call a break
 # (`RetraceWithBreak`; the calls are kept in the frame's LazyDecisions across its traces): torch's checkpoint runs
 # there with the real function and cells. The same where the getter cannot be made. On the last of the frame's
-# traces the frame runs eagerly instead (an internal error, logged).
+# traces the frame runs eagerly instead (an internal error, logged). A cell of an inlined frame is checked the
+# same way against the functions made by that frame's code (`CellValue.made_in`): a `def bump(v): nonlocal s`
+# made there and left in a global list is called by the user after the forward (review hhuntG7 HIGH-1; before,
+# only the root's cells were checked, and the backward read the old s).
 class RetraceWithBreak(Exception):
     """Trace the frame again: a reentrant call (`output.lazy_decisions.reentrant_breaks`) is a break."""
 
@@ -301,6 +304,8 @@ def _written_after(cells: list, code, at_break: bool) -> bool:
             return True
         if name is not None and _nested_writes(code, name):
             return True
+        if name is None and (cell.made_in is None or _nested_writes(*cell.made_in)):
+            return True  # a cell of an inlined frame that a function made there writes (it may escape)
     return False
 
 

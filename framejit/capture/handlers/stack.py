@@ -105,6 +105,7 @@ def make_cell(tx, inst):
         _bind_cell_arg(tx, inst, name, initial)
         return
     tx.cells[name] = CellValue(initial)
+    tx.cells[name].made_in = (tx.code, name)  # NOTE [Cells written after the call]
 
 
 def _bind_cell_arg(tx, inst, name: str, initial) -> None:

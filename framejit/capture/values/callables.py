@@ -13,6 +13,7 @@ class CellValue(Value):
     """A closure cell created while tracing (a variable captured by a nested function)."""
 
     deleted = False  # emptied by `del` (NOTE [Deleting a closure variable]): a closure over it gets an empty cell
+    made_in = None  # (code, name) of the frame variable it is (NOTE [Cells written after the call])
 
     def __init__(self, contents: Value | None = None) -> None:
         self.contents = contents
