@@ -332,7 +332,8 @@ class Reconstructor:
         elif value.is_constant():
             self._call_const(value.cls, [ConstantValue(_set_template(value))])  # a new set each call
         else:  # NOTE [Sets of tensors]
-            self._call_const(value.cls, [TupleValue([key_value(k) for k in value.items])])
+            from .identity_keys import identity_set_elements
+            self._call_const(value.cls, [TupleValue(identity_set_elements(value))])
 
     def _other(self, value: Value) -> None:
         """Methods, functions, iterators, objects, partials and the other values `emit` rebuilds."""

@@ -9,6 +9,12 @@ call that passes one tensor twice recompiles. A set holding tensors iterates in 
 derives from addresses: iterating or popping one with more than one element is a graph break, and it
 is never folded as a constant. Dict keys use the same elements (`state[param]`); a dict keeps insertion
 order, so iterating one keyed by tensors is exact.
+The trace's own set of IdentityKeys hashes otherwise than the real elements, so its layout is not eager's
+even where the trace made it by the program's operations (`exact`): known_layout is false for it. Such a set
+made in the frame, returned or live at a break, was rebuilt from its elements in the trace set's order and
+iterated differently from eager's (`list(set(params))`; merged into a set from outside by `S.update(t)`, S's
+order too): rebuilding one of two or more elements (identity_set_elements) or replaying a mutation by it is
+a break, and where none can be taken the frame runs as Python.
 """
 from __future__ import annotations
 
@@ -301,7 +307,18 @@ def set_items(s: SetValue) -> list[Value]:
 
 def known_layout(s: SetValue) -> bool:
     """Whether the trace holds a real set laid out as the program's (NOTE [Set order])."""
-    return len(s.items) < 2 or s.exact or s.frozen is not None
+    if s.frozen is not None or len(s.items) < 2:
+        return True
+    return s.exact and not any(isinstance(k, IdentityKey) for k in s.items)  # NOTE [Sets of tensors]: by address
+
+
+def identity_set_elements(s: SetValue) -> list[Value]:
+    """The elements a set made in the frame holding tensors or objects hashed by identity is rebuilt from
+    (NOTE [Sets of tensors]): one of two or more elements cannot be rebuilt in eager's layout."""
+    if len(s.items) > 1:
+        raise Unsupported(BreakKind.UNSUPPORTED_VALUE, f"{s.describe()} made in the frame outlives it (its layout "
+                                                       "follows addresses: NOTE [Sets of tensors])")
+    return [key_value(k) for k in s.items]
 
 
 def set_operand(tx, v: Value, *, strict: bool = True) -> Any:
