@@ -27,6 +27,7 @@ from .values import (BoundMethodValue, BuiltinValue, ClassValue, ConstantValue, 
 from .vmap_capture import check_functorch_call
 from .torch_function_inline import route_call
 from .unstarted_generators import inline_noting_generators
+from .unbound_tensor_methods import OBJECT_PROTOCOL_BREAKS, tensor_method_name, unbound_tensor_method
 
 # Tensor methods that read data into Python or touch state outside the graph.
 TENSOR_METHODS_UNSUPPORTED = {
@@ -35,7 +36,7 @@ TENSOR_METHODS_UNSUPPORTED = {
     "__float__": BreakKind.DATA_DEPENDENT, "__index__": BreakKind.DATA_DEPENDENT,
     "backward": BreakKind.UNSUPPORTED_CALL, "register_hook": BreakKind.UNSUPPORTED_CALL,
     "retain_grad": BreakKind.UNSUPPORTED_CALL, "requires_grad_": BreakKind.SIDE_EFFECT,
-    "data_ptr": BreakKind.UNSUPPORTED_CALL, "storage": BreakKind.UNSUPPORTED_CALL,
+    "data_ptr": BreakKind.UNSUPPORTED_CALL, "storage": BreakKind.UNSUPPORTED_CALL, **OBJECT_PROTOCOL_BREAKS,
     "untyped_storage": BreakKind.UNSUPPORTED_CALL, "share_memory_": BreakKind.SIDE_EFFECT,
     "set_": BreakKind.SIDE_EFFECT, "resize_": BreakKind.SIDE_EFFECT, "__setstate__": BreakKind.SIDE_EFFECT,
     # facts of the real tensor that fake tensors do not carry (fakes answered False: red team, test_redteam2.py)
@@ -243,13 +244,12 @@ def _call_other(tx, fn: Value, args: list[Value], kwargs: dict[str, Value]) -> V
     raise Unsupported(BreakKind.UNSUPPORTED_CALL, f"call of {fn.describe()}")
 
 
-# NOTE [Exits of unmodelled context managers]: `with obj:` over an object framejit reads as opaque (a
-# Builtin: a torch class it does not model, e.g. torch.autograd.profiler.record_function) is a break at
-# BEFORE_WITH: the step enters it in Python and the resume function gets the bound `__exit__` on its
-# stack, a method whose function is a BuiltinValue. Called like a torch function, the exit was folded to
-# its constant result (None/False) and never ran (the autocast objects of 48ca1b2 left autocast switched
-# on; record_function never closed its range). Calling a Python `__enter__`/`__exit__` read this way is
-# a break now: the real method runs in Python at the break.
+# NOTE [Exits of unmodelled context managers]: `with obj:` over an object framejit reads as opaque (a Builtin: a torch
+# class it does not model, e.g. torch.autograd.profiler.record_function) is a break at BEFORE_WITH: the step enters it
+# in Python and the resume function gets the bound `__exit__` on its stack, a method whose function is a BuiltinValue.
+# Called like a torch function, the exit was folded to its constant result (None/False) and never ran (the autocast
+# objects of 48ca1b2 left autocast switched on; record_function never closed its range). Calling a Python
+# `__enter__`/`__exit__` read this way is a break now: the real method runs in Python at the break.
 def _python_call(cls: type) -> bool:
     return isinstance(lookup.mro_lookup(cls, "__call__")[1], types.FunctionType)
 
@@ -471,6 +471,8 @@ def call_builtin(tx, fn: Any, args: list[Value], kwargs: dict[str, Value]) -> Va
         raise Unsupported(BreakKind.UNSUPPORTED_CALL, f"{_name(fn)} changes state outside the graph")
     if _disabled_by_torch(fn):
         raise Unsupported(BreakKind.UNSUPPORTED_CALL, f"{_name(fn)} is marked torch.compiler.disable")
+    if (method := unbound_tensor_method(tx, fn, args)) is not None:  # NOTE [Tensor methods called unbound]
+        return call_tensor_method(tx, args[0], method, args[1:], kwargs)
     if isinstance(fn, types.FunctionType) and any(_not_a_graph_arg(v) for v in (*args, *kwargs.values())):
         return tx.inline(UserFunctionValue(fn), args, kwargs)  # NOTE [Decorated torch functions] in builder.py
     if _is_graph_op(fn) and _makes_a_leaf_that_requires_grad(kwargs):
@@ -492,13 +494,12 @@ def call_builtin(tx, fn: Any, args: list[Value], kwargs: dict[str, Value]) -> Va
     raise Unsupported(BreakKind.UNSUPPORTED_CALL, f"call of {_name(fn)}")
 
 
-# NOTE [Factories of leaves that require grad]: `w = torch.ones(n, requires_grad=True)` in a traced frame made a
-# graph node, and what a backend returns for it is its own output tensor: onnxrt and triton lose the flag (the
-# kwarg does not survive lowering to aten), so `w.requires_grad` and every product with w were False where
-# eager's are True (red team h12warm: `(x * w).requires_grad` after a break in a `no_grad` block), and no
-# gradient could reach w. Such a leaf only exists outside a graph (inside a joint it would be an output, not a
-# leaf), so the factory call is a graph break, as in stock torch.compile: it runs as Python, and the graphs
-# after it take the leaf as an input.
+# NOTE [Factories of leaves that require grad]: `w = torch.ones(n, requires_grad=True)` in a traced frame made a graph
+# node, and what a backend returns for it is its own output tensor: onnxrt and triton lose the flag (the kwarg does not
+# survive lowering to aten), so `w.requires_grad` and every product with w were False where eager's are True (red team
+# h12warm: `(x * w).requires_grad` after a break in a `no_grad` block), and no gradient could reach w. Such a leaf only
+# exists outside a graph (inside a joint it would be an output, not a leaf), so the factory call is a graph break, as in
+# stock torch.compile: it runs as Python, and the graphs after it take the leaf as an input.
 def _makes_a_leaf_that_requires_grad(kwargs: dict[str, Value]) -> bool:
     flag = kwargs.get("requires_grad")
     return flag is not None and flag.is_constant() and flag.as_constant() is True
@@ -516,8 +517,7 @@ def _is_graph_op(fn: Any) -> bool:
     module = getattr(fn, "__module__", None) or ""
     if module == "torch" or module.startswith("torch.") or module.startswith("torch._C"):
         return not module.startswith("torch.nn.modules")
-    if isinstance(fn, (types.MethodDescriptorType, types.WrapperDescriptorType)) and getattr(fn, "__objclass__", None) in (
-            torch.Tensor, torch._C.TensorBase):
+    if tensor_method_name(fn) is not None:  # a method of torch.Tensor read from its class
         return True
     return isinstance(fn, (torch._ops.OpOverload, torch._ops.OpOverloadPacket))
 

@@ -1,0 +1,64 @@
+"""Tensor methods reached through the class and called with the tensor as first argument.
+
+NOTE [Tensor methods called unbound]: `torch.Tensor.size(x)`, `torch._C.TensorBase.data_ptr(x)`, `type(x).size(x)`,
+`getattr(torch.Tensor, name)(x)` read the method from the class (a C method descriptor of TensorBase, or a Python
+function of torch/_tensor.py such as `Tensor.__reduce_ex__`) and took the path of torch functions: a call_function
+node run on the fake tensor, whose non-tensor result was folded as a constant. That answered facts of the fake, not
+of the caller's tensor (revBE PRE-2, issue 12): `torch.Tensor.data_ptr(x)` gave 0 (`x.data_ptr()` is a break),
+`torch._C.TensorBase.size(x)` a tuple where eager gives torch.Size, `torch.Tensor.__reduce_ex__(x, 2)` the fake's
+`_rebuild_wrapper_subclass`. Such a call means the bound call `x.name(...)` when the tensor's class finds that
+very function under `name` (guarded: lookup.guard_lookup), so it takes the bound method's path
+(calls.call_tensor_method, with its breaks). A class whose lookup finds another function (a subclass or Parameter
+overriding it: `torch.Tensor.__repr__(p)` skips Parameter's own) is a graph break: the call runs as Python.
+"""
+from __future__ import annotations
+
+import types
+from typing import Any
+
+import torch
+
+from . import lookup
+from .breaks import BreakKind, Unsupported
+from .values import TensorValue, Value
+
+# NOTE [Object protocol methods of tensors]: `x.__hash__()`, `x.__reduce_ex__(2)`, `x.__reduce__()` and
+# `x.__deepcopy__(memo)` called explicitly (or unbound: NOTE [Tensor methods called unbound]) took the path of tensor
+# ops: a call_method node run on the fake tensor, whose answer is about the fake object, folded as a constant (revBE
+# PRE-1: `x.__hash__()` was the fake's id, not `hash(x)`; `x.__reduce_ex__(2)` of an input traced with symbolic sizes
+# gave the fake's `_rebuild_wrapper_subclass`, also through `_reduce_ex_internal` where torch's Python
+# `Tensor.__reduce_ex__` is inlined; `x.__deepcopy__({})` of a non-wrapper subclass returned a copy where eager raises
+# RuntimeError). They answer about the caller's object (its identity, storage, Python attributes, .grad): a graph break,
+# as `hash(x)` is (and `copy.deepcopy(x)` where copies.py cannot model it).
+OBJECT_PROTOCOL_BREAKS = {name: BreakKind.UNSUPPORTED_CALL for name in
+                          ("__hash__", "__reduce_ex__", "__reduce__", "_reduce_ex_internal", "__deepcopy__")}
+
+_DESCRIPTORS = (types.MethodDescriptorType, types.WrapperDescriptorType)
+
+
+def tensor_method_name(fn: Any) -> str | None:
+    """The name of `fn` when it is a method of torch.Tensor or TensorBase read from the class, else None."""
+    if isinstance(fn, _DESCRIPTORS):
+        owner = getattr(fn, "__objclass__", None)
+        name = getattr(fn, "__name__", None)
+        return name if owner in (torch._C.TensorBase, torch.Tensor) and isinstance(name, str) else None
+    if isinstance(fn, types.FunctionType) and isinstance(fn.__name__, str) and \
+            torch.Tensor.__dict__.get(fn.__name__) is fn:
+        return fn.__name__
+    return None
+
+
+def unbound_tensor_method(tx, fn: Any, args: list[Value]) -> str | None:
+    """The method name under which `fn(*args)` is `args[0].name(*args[1:])` (NOTE [Tensor methods called unbound]);
+    None when `fn` is no Tensor method or its first argument no tensor; a break when the tensor's class has its own."""
+    if not args or not isinstance(args[0], TensorValue):
+        return None
+    name = tensor_method_name(fn)
+    if name is None:
+        return None
+    cls = args[0].python_type()
+    if lookup.mro_lookup(cls, name)[1] is not fn:
+        raise Unsupported(BreakKind.UNSUPPORTED_CALL, f"Tensor.{name} called unbound on a {cls.__qualname__}, "
+                          f"whose class finds another {name}")
+    lookup.guard_lookup(tx.output, cls, name)
+    return name
