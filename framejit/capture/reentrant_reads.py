@@ -157,7 +157,8 @@ _LIMIT = 100_000  # real objects walked per region before it counts as reaching 
 # value made in the frame that the region loads and that the frame leaves reachable from outside (stored on an
 # attribute, in a global or an outside container, returned: `cfg = {"k": 2.0}; s.cfg = cfg; checkpoint(lambda t:
 # t * cfg["k"], x)`, the caller setting `m.cfg["k"] = 5.0` before the backward, H5) makes the call a break, as a
-# write after it does (make_recall): the recipe holds what it held at the call, eager's reads it then.
+# write after it does (make_recall): the recipe holds what it held at the call, eager's reads it then. Set
+# elements and dict keys are walked too (`return y, {c}` with `c.d` the dict the region reads: revBC HIGH-1).
 
 
 def _children(value) -> list:
@@ -171,11 +172,11 @@ def _children(value) -> list:
     if isinstance(value, SequenceValue):
         return list(value.items)
     if isinstance(value, DictValue):
-        return list(value.items.values())
+        return _key_values(value.items) + list(value.items.values())
     if isinstance(value, NewObjectValue):
         return list(value.attrs.values())
     if isinstance(value, SetValue):
-        return []
+        return _key_values(value.items)
     if isinstance(value, IteratorValue):
         return [value.owner] if value.owner is not None else list(value.items)
     if isinstance(value, BoundMethodValue):
@@ -186,6 +187,13 @@ def _children(value) -> list:
         return [getattr(c, "contents", None) for c in value.closure or ()] + \
             [*(value.defaults or ()), *(value.kwdefaults or {}).values(), *value.attr_values()]
     return []
+
+
+def _key_values(keys) -> list:
+    """The values standing behind the set elements or dict keys `keys` that are objects of the trace (a made
+    object is hashed by its identity: `{c}`, `{c: 1}`, `frozenset([c])` reach `c`, review revBC HIGH-1)."""
+    from .values.mappings import IdentityKey, ValueKey
+    return [k.value for k in keys if isinstance(k, (IdentityKey, ValueKey))]
 
 
 def _reachable(roots) -> list:

@@ -106,14 +106,25 @@ class _Model(nn.Module):
             y = ckpt.checkpoint(lambda t: self.lin(t) * torch.tensor(lst)[0, 0], x, use_reentrant=True)
             lst[0][0] = 5.0
             return y
-        cfg = {"k": 2.0}  # "made_dict_changed_by_the_caller"
-        self.cfg = cfg
+        cfg = {"k": 2.0}  # "made_dict_changed_by_the_caller" and the ones reached through a made object
+        if c == "made_dict_changed_by_the_caller":
+            self.cfg = cfg
+        else:  # the object holding it kept as a set element, a dict key, in a frozenset (revBC HIGH-1)
+            holder = _Holder(cfg)
+            self.kept = {"in_a_set": {holder}, "as_a_dict_key": {holder: 1}, "in_a_frozenset": frozenset([holder])}[
+                c.rsplit("made_dict_", 1)[-1]]
         return ckpt.checkpoint(lambda t: self.lin(t) * cfg["k"], x, use_reentrant=True)
+
+
+class _Holder:
+    def __init__(self, cfg: dict) -> None:
+        self.cfg = cfg
 
 
 _CAPTURED = ["instance_dict_read", "vars_read", "register_buffer", "buffers_dict", "parameters_dict", "modules_dict",
              "nested_outside_list"]
-_BREAKS = ["nested_made_list_written_after", "made_dict_changed_by_the_caller"]
+_BREAKS = ["nested_made_list_written_after", "made_dict_changed_by_the_caller", "made_dict_in_a_set",
+           "made_dict_as_a_dict_key", "made_dict_in_a_frozenset"]
 
 
 def _steps(model, case: str) -> list:
@@ -124,6 +135,8 @@ def _steps(model, case: str) -> list:
         out = model(x)
         if case == "made_dict_changed_by_the_caller":
             model.cfg["k"] = 5.0 + k  # eager's recomputation reads it
+        elif case.startswith("made_dict_"):
+            next(iter(model.kept)).cfg["k"] = 5.0 + k
         out.pow(2).sum().backward()
         steps.append((out.detach(), x.grad, {n: p.grad for n, p in model.named_parameters()}))
         model.zero_grad(set_to_none=True)
@@ -133,7 +146,8 @@ def _steps(model, case: str) -> list:
 @pytest.mark.parametrize("case", _CAPTURED + _BREAKS)
 def test_state_reached_other_than_by_a_plain_read_is_read_by_the_recomputation_as_in_eager(case):
     """At the parent each case recomputed with the state of the call: x.grad off by 6.8 (instance dict, vars,
-    nested lists, the made dict), 7.9 (buffers), 9.9 (parameters), 59.8 (the swapped submodule)."""
+    nested lists, the made dict), 7.9 (buffers), 9.9 (parameters), 59.8 (the swapped submodule). The made dict
+    reached through a set element, a dict key or a frozenset was still wrong at b8ad1a6 (6.8, revBC HIGH-1)."""
     torch.manual_seed(0)
     model = _Model(case)
     twin = copy.deepcopy(model)
