@@ -591,7 +591,7 @@ def length(tx, v: Value) -> int:
     if isinstance(v, (ObjectValue, NewObjectValue)) and hasattr(v.python_type(), "__len__"):
         return _checked_len(tx.call_special_of(v, "__len__", [], {}))
     if isinstance(v, IteratorValue):
-        raise UserException(TypeError("object of type 'iterator' has no len()"))
+        raise UserException(TypeError(f"object of type '{v.python_type().__name__}' has no len()"))
     raise Unsupported(BreakKind.UNSUPPORTED_CALL, f"len() of {v.describe()}")
 
 

@@ -319,6 +319,8 @@ class IteratorValue(Value):
         return rest
 
     def python_type(self) -> type:
+        if self.gen_code is not None:  # a generator run ahead (NOTE [Eager generators]): CPython's generator
+            return types.GeneratorType  # (revBB HIGH-2: type(g) and isinstance answered list_iterator)
         if self.owner is not None and not isinstance(self.owner, ListValue):
             return owned_iterator_type(self.owner.python_type(), self.view, self.reverse)
         return self.iter_type
