@@ -137,6 +137,9 @@ def _checkpoint_handler(tx, args, kwargs):
         raise Unsupported(BreakKind.UNSUPPORTED_CALL, "torch.utils.checkpoint.checkpoint with a context_fn or "
                                                       "debug=True")
     options = _checkpoint_options(kwargs)  # NOTE [Checkpoint options]
+    if tx.output.__dict__.get("reentrant_depth") and not dict(options)["preserve_rng_state"]:
+        raise Unsupported(BreakKind.UNSUPPORTED_CALL, "torch.utils.checkpoint.checkpoint with preserve_rng_state="
+                                                      "False inside a reentrant checkpoint (NOTE [Checkpoint options])")
     graph, effects = tx.output.graph, tx.output.side_effects
     before, python_effects = set(graph.nodes), effects.version - effects.tensor_writes
     result = tx.inline(UserFunctionValue(checkpoint), args, kwargs)
@@ -164,7 +167,10 @@ def _checkpoint_handler(tx, args, kwargs):
 # any constant); an unknown determinism_check is a break, so that torch raises its own ValueError. Torch's
 # global overrides (set_checkpoint_early_stop, set_checkpoint_debug_enabled) apply when the region runs, as
 # in eager. Nested checkpoints are one region (the outer one); with preserve_rng_state=False on either, the
-# order of eager's draws is not one region's, so that is a break.
+# order of eager's draws is not one region's, so that is a break. So is a non-reentrant one with
+# preserve_rng_state=False inside a reentrant checkpoint's function (its nodes are the reentrant region's, which
+# torch's CheckpointFunction recomputes with the forward's RNG state: the forward's mask again where eager's inner
+# recomputation draws a new one; review revBC HIGH-2).
 _OPTION_DEFAULTS = (("preserve_rng_state", True), ("early_stop", True), ("determinism_check", "default"))
 
 

@@ -98,6 +98,18 @@ def test_nested_checkpoint_without_preserved_rng_breaks():
     assert compiled == eager
 
 
+def test_non_reentrant_without_preserved_rng_inside_a_reentrant_one_draws_again():
+    """revBC HIGH-2: the inner region was part of the reentrant region, recomputed with the forward's RNG state
+    (call 0: x.grad [1, 1, 49, 1, 1, 1] where eager gives [17, 33, 1, 65, 81, 97], the stream after it differed)."""
+    def g(t):
+        return checkpoint(_dropped, t * 2, use_reentrant=False, preserve_rng_state=False) + t
+
+    def f(x):
+        return checkpoint(g, x, use_reentrant=True).sum()
+    eager, compiled = _run(f)
+    assert compiled == eager
+
+
 def test_unknown_determinism_check_raises_as_eager():
     def f(x):
         return checkpoint(_two_draws, x, use_reentrant=False, determinism_check="bogus").sum()
