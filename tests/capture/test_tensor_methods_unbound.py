@@ -90,6 +90,14 @@ def bound_reduce_ex(x):
     return reduced[0].__name__, reduced[1][2:4]
 
 
+def unbound_python_methods(x):
+    return torch.Tensor.__repr__(x), torch.Tensor.__format__(x, "")
+
+
+def unbound_deepcopy(x):
+    return torch.Tensor.__deepcopy__(x, {}).shape
+
+
 def bound_deepcopy(x):
     copied = x.__deepcopy__({})
     return type(copied).__name__, copied is x, copied.shape
@@ -101,6 +109,7 @@ CASES = [
     (unbound_reduce_ex, "transposed"), (unbound_reduce_ex, "plain"),
     (bound_hash, "param"), (bound_hash, "subclass"), (bound_hash_made, "plain"),
     (bound_reduce_ex, "transposed"), (bound_reduce_ex, "param"), (bound_deepcopy, "subclass"),
+    (unbound_python_methods, "subclass"), (unbound_deepcopy, "subclass"),
 ]
 
 
@@ -108,3 +117,26 @@ CASES = [
 def test_tensor_methods_unbound_and_dunders_match_eager(fn, maker):
     framejit.reset()
     _check(fn, maker, _returned(fn))
+
+
+def protocol_checks(x, pair):
+    return (torch.overrides.has_torch_function_unary(x), torch.overrides.has_torch_function(pair),
+            torch.overrides.has_torch_function_variadic(x, 1))
+
+
+def test_protocol_checks_of_subclass_tensors_match_eager():
+    """NOTE [Protocol checks of subclass tensors]: has_torch_function* of a subclass tensor is True (False on the fake),
+    and False under an outside DisableTorchFunctionSubclass (the dispatch state is guarded)."""
+    framejit.reset()
+    compiled = framejit.compile(protocol_checks, backend="eager")
+    calls = [("subclass", False), ("subclass", True), ("plain", False), ("param", False), ("subclass", False)]
+    for i, (maker, dispatch_off) in enumerate(calls):
+        answers = []
+        for fn in (protocol_checks, compiled):
+            x = MAKERS[maker](SHAPES[i % 2])
+            if dispatch_off:
+                with torch._C.DisableTorchFunctionSubclass():
+                    answers.append(fn(x, [torch.ones(1), x]))
+            else:
+                answers.append(fn(x, [torch.ones(1), x]))
+        assert answers[1] == answers[0], (i, maker, dispatch_off, answers)
