@@ -36,10 +36,15 @@ def switches_grad_on(gm: torch.fx.GraphModule) -> bool:
 # lowering may trace: capture's reentrant checkpoint (NOTE [Reentrant checkpoint in the graph]) applies torch's
 # CheckpointFunction, whose backward rejects the torch.autograd.grad an AOT joint is traced with, and whose
 # forward warns where eager warns (a lowering's trace would warn once more, at compile time). Lowering backends
-# run such a graph eagerly (logged), with the values, gradients and warnings eager has.
+# run such a graph eagerly (logged), with the values, gradients and warnings eager has. A submodule carrying
+# `fj_eager_only` counts too: capture's non-reentrant checkpointed region with preserve_rng_state=False, whose
+# recomputation in backward draws new random numbers, which an AOT joint (saving the forward's mask) never
+# draws (review revBC HIGH-3).
 def eager_only_reason(gm: torch.fx.GraphModule) -> str | None:
     """Why a node of `gm` must run as torch runs it, or None (NOTE [Calls that run as torch runs them])."""
     for module in gm.modules():  # a submodule's graph too (a checkpointed region holding such a call)
+        if isinstance(getattr(module, "fj_eager_only", None), str):  # a module call (a checkpointed region's)
+            return module.fj_eager_only
         for node in module.graph.nodes if isinstance(module, torch.fx.GraphModule) else ():
             reason = getattr(node.target, "fj_eager_only", None) if node.op == "call_function" else None
             if isinstance(reason, str):

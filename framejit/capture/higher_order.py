@@ -163,7 +163,9 @@ def _checkpoint_handler(tx, args, kwargs):
 # are passed on to the torch checkpoint that recomputes the region (_Checkpointed): preserve_rng_state=False
 # makes the backward's recomputation draw new random numbers from the global generator (a new dropout mask,
 # and the stream after backward advanced), early_stop decides where that recomputation stops (so how many
-# numbers it draws), determinism_check is checked by torch. They must be constants of the trace (guarded as
+# numbers it draws), determinism_check is checked by torch. A lowering backend (onnxrt) runs a graph holding
+# a region with preserve_rng_state=False as torch runs it (`_Checkpointed.fj_eager_only`, NOTE [Calls that run
+# as torch runs them] in backends/state.py): its AOT joint saved the forward's mask. They must be constants of the trace (guarded as
 # any constant); an unknown determinism_check is a break, so that torch raises its own ValueError. Torch's
 # global overrides (set_checkpoint_early_stop, set_checkpoint_debug_enabled) apply when the region runs, as
 # in eager. Nested checkpoints are one region (the outer one); with preserve_rng_state=False on either, the
@@ -224,6 +226,9 @@ class _Checkpointed(torch.nn.Module):
         self.region = region
         self.grad_positions = grad_positions  # the inputs that require grad: checkpoint's own arguments
         self.options = options  # NOTE [Checkpoint options]
+        if not dict(options).get("preserve_rng_state", True):  # NOTE [Calls that run as torch runs them]
+            self.fj_eager_only = ("it holds a checkpointed region with preserve_rng_state=False, whose recomputation "
+                                  "in backward draws new random numbers (NOTE [Checkpoint options])")
 
     def forward(self, *args):
         from torch.utils.checkpoint import checkpoint as torch_checkpoint
