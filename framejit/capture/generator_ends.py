@@ -146,12 +146,25 @@ def stop_iteration(it: IteratorValue, ended_now: bool) -> StopIteration:
 # NOTE [Names of generator methods]: `g.close.__name__` is 'close' and its `__qualname__` 'generator.close' (as for
 # send, throw, __next__); unittest's assertRaises(exc, g.close) reads the callable's __name__ for its message, which
 # was a break (PyTorch's test_generator.py test_error_during_close_propagates, test_throw_on_just_opened_generator).
+# Its `__doc__`, `__module__` (None) and `__text_signature__` are those of a real generator's method (revAQ LOW-1:
+# `g.close.__doc__` ran the frame eagerly).
 def method_value_attr(obj: Value, name: str) -> Value:
     """An attribute of a method of a generator made in the trace; other values' attributes are a break."""
     from .lazy_generators import LazyGenMethodValue
     if isinstance(obj, LazyGenMethodValue) and name in ("__name__", "__qualname__"):
         return ConstantValue(obj.name if name == "__name__" else f"generator.{obj.name}")
+    real = getattr(_SAMPLE, getattr(obj, "name", ""), None)
+    if isinstance(obj, LazyGenMethodValue) and name in _READ_AS_REAL and real is not None and hasattr(real, name):
+        return ConstantValue(getattr(real, name))
     raise Unsupported(BreakKind.UNSUPPORTED_ATTRIBUTE, f"attribute {name!r} of {obj.describe()}")
+
+
+def _sample():
+    yield
+
+
+_SAMPLE = _sample()  # a real generator, never started, whose methods' constant attributes are read
+_READ_AS_REAL = ("__doc__", "__module__", "__text_signature__")
 
 
 __all__ = ["close_generator", "end_method", "ends_quietly", "method_value_attr", "stop_iteration", "thrown_exception",

@@ -44,3 +44,17 @@ def names_of_methods(t):
 def test_names_of_generator_methods_are_read_in_the_trace():
     backend = run_differential(names_of_methods, lambda seed: (torch.randn(2 + seed),), seeds=(0, 1, 1))
     assert backend.graph_count == 2  # fullgraph: no break
+
+
+def doc_and_module_of_methods(t):
+    g = plain(t)
+    next(g)
+    m = g.close
+    return t + 1, m.__doc__, m.__module__, g.send.__doc__, hasattr(g.throw, "__module__"), \
+        m.__doc__ == type(g).close.__doc__  # revBB MED-1: type(g) was list_iterator, so this raised AttributeError
+
+
+def test_doc_and_module_of_generator_methods_are_read_in_the_trace():
+    # revAQ LOW-1: `g.close.__doc__` of a started generator ran the whole frame eagerly (a break nowhere else)
+    backend = run_differential(doc_and_module_of_methods, lambda seed: (torch.randn(2 + seed),), seeds=(0, 1, 1))
+    assert backend.graph_count == 2  # fullgraph: no break
