@@ -136,7 +136,7 @@ def _checkpoint_handler(tx, args, kwargs):
         # Constant(None) and PartialValue" instead of this reason
         raise Unsupported(BreakKind.UNSUPPORTED_CALL, "torch.utils.checkpoint.checkpoint with a context_fn or "
                                                       "debug=True")
-    options = _checkpoint_options(kwargs)  # NOTE [Checkpoint options]
+    options = _checkpoint_options(kwargs) + _early_stop_set_here(tx.output.side_effects)  # NOTE [Checkpoint options]
     if tx.output.__dict__.get("reentrant_depth") and not dict(options)["preserve_rng_state"]:
         raise Unsupported(BreakKind.UNSUPPORTED_CALL, "torch.utils.checkpoint.checkpoint with preserve_rng_state="
                                                       "False inside a reentrant checkpoint (NOTE [Checkpoint options])")
@@ -165,7 +165,12 @@ def _checkpoint_handler(tx, args, kwargs):
 # and the stream after backward advanced), early_stop decides where that recomputation stops (so how many
 # numbers it draws), determinism_check is checked by torch. A lowering backend (onnxrt) runs a graph holding
 # a region with preserve_rng_state=False as torch runs it (`_Checkpointed.fj_eager_only`, NOTE [Calls that run
-# as torch runs them] in backends/state.py): its AOT joint saved the forward's mask. They must be constants of the trace (guarded as
+# as torch runs them] in backends/state.py): its AOT joint saved the forward's mask. Torch's global early-stop
+# override is read when the checkpoint is called: where the frame itself set it before the call (`with
+# set_checkpoint_early_stop(False):` inside the compiled function), the region ran after the block had been
+# undone, so it stopped early where eager's recomputation drew every random number (review revBC MED-1); the
+# value the trace stored is kept with the options ("early_stop_global") and set around the region's torch
+# checkpoint. They must be constants of the trace (guarded as
 # any constant); an unknown determinism_check is a break, so that torch raises its own ValueError. Torch's
 # global overrides (set_checkpoint_early_stop, set_checkpoint_debug_enabled) apply when the region runs, as
 # in eager. Nested checkpoints are one region (the outer one); with preserve_rng_state=False on either, the
@@ -190,6 +195,20 @@ def _checkpoint_options(kwargs) -> tuple:
         raise Unsupported(BreakKind.UNSUPPORTED_CALL, "torch.utils.checkpoint.checkpoint with a determinism_check "
                                                       "torch rejects")
     return tuple(options)
+
+
+def _early_stop_set_here(effects) -> tuple:
+    """(("early_stop_global", value),) where the frame stored torch's global early-stop override before the call
+    (`with set_checkpoint_early_stop(False):` inside the frame), else () (NOTE [Checkpoint options])."""
+    import torch.utils.checkpoint as torch_checkpoint
+    from .breaks import BreakKind, Unsupported
+    entry = effects.globals.get((id(torch_checkpoint.__dict__), "_enable_checkpoint_early_stop"))
+    if entry is None:
+        return ()
+    if not entry[2].is_constant() or entry[2].as_constant() not in (None, True, False):
+        raise Unsupported(BreakKind.UNSUPPORTED_CALL, "torch.utils.checkpoint.checkpoint under an early-stop "
+                                                      "override that is not a constant")
+    return (("early_stop_global", entry[2].as_constant()),)
 
 
 def _no_context(value) -> bool:
@@ -231,15 +250,18 @@ class _Checkpointed(torch.nn.Module):
                                   "in backward draws new random numbers (NOTE [Checkpoint options])")
 
     def forward(self, *args):
-        from torch.utils.checkpoint import checkpoint as torch_checkpoint
+        from torch.utils.checkpoint import checkpoint as torch_checkpoint, set_checkpoint_early_stop
 
         def run(*grad_args):
             full = list(args)
             for position, arg in zip(self.grad_positions, grad_args):
                 full[position] = arg
             return self.region(*full)
-        return torch_checkpoint(run, *[args[i] for i in self.grad_positions], use_reentrant=False,
-                                **dict(self.options))
+        options = dict(self.options)
+        if "early_stop_global" not in options:
+            return torch_checkpoint(run, *[args[i] for i in self.grad_positions], use_reentrant=False, **options)
+        with set_checkpoint_early_stop(options.pop("early_stop_global")):  # NOTE [Checkpoint options]
+            return torch_checkpoint(run, *[args[i] for i in self.grad_positions], use_reentrant=False, **options)
 
 
 def _requires_grad(node) -> bool:

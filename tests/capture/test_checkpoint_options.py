@@ -10,7 +10,7 @@ import textwrap
 
 import torch
 import torch.nn.functional as F
-from torch.utils.checkpoint import checkpoint
+from torch.utils.checkpoint import checkpoint, set_checkpoint_early_stop
 
 import framejit
 from tests.helpers import run_cache_program
@@ -87,6 +87,21 @@ def test_early_stop_false_recomputes_every_draw():
     assert compiled == eager
 
 
+def _draws_unused(t):
+    return (t * t).sum() + torch.rand(3).sum() * 0  # drawn again in backward only without early stop
+
+
+def test_early_stop_override_set_inside_the_frame_reaches_the_region():
+    """revBC MED-1: `with set_checkpoint_early_stop(False):` inside the compiled function was undone before the
+    region ran, so its recomputation stopped early and drew nothing (torch.rand after backward 0.132 where eager
+    gives 0.4901)."""
+    def f(x):
+        with set_checkpoint_early_stop(False):
+            return checkpoint(_draws_unused, x, use_reentrant=False, preserve_rng_state=False)
+    eager, compiled = _run(f)
+    assert compiled == eager
+
+
 def test_preserve_rng_state_read_from_a_global_that_changes():
     flag = [False]
 
@@ -134,7 +149,7 @@ def test_unknown_determinism_check_raises_as_eager():
 PROGRAM = textwrap.dedent('''
     import json, torch, framejit
     import torch.nn.functional as F
-    from torch.utils.checkpoint import checkpoint
+    from torch.utils.checkpoint import checkpoint, set_checkpoint_early_stop
 
     def blk(t):
         return F.dropout(t, 0.5, training=True) * t
