@@ -50,9 +50,7 @@ def protocol_answer(tx, fn: Any, args: list[Value], kwargs: dict) -> Value | Non
     leaves = [_stand_in(tx, a) for a in args]
     if any(leaf is _NONE for leaf in leaves):
         return None
-    from .torch_function_inline import _STATE
-    if not _STATE.real:
-        _guard_dispatch_state(tx)
+    dispatch_on(tx.output)
     from .values import ConstantValue
     return ConstantValue(fn(*leaves))
 
@@ -84,12 +82,23 @@ def _stand_in(tx, v: Value) -> Any:
         return torch.Tensor._make_subclass(cls, torch.empty(0))
 
 
-def _guard_dispatch_state(tx) -> None:
-    """Subclass __torch_function__ dispatch is as it is now (on, or off under an outside
-    DisableTorchFunctionSubclass) on every call the entry serves."""
-    from ..guards import COST_ID
+# NOTE [Subclass results with dispatch off]: a frame called under an outside `DisableTorchFunctionSubclass` (torch's
+# own code does so around `func` in Tensor.__torch_function__, and user code around a block) runs no subclass
+# __torch_function__, so eager's op results on a plain Python subclass are plain Tensors; result_class gave them the
+# subclass regardless (`type(x.sum())` MyT where eager gives Tensor: issue 12 follow-up). The state is read once per
+# trace and guarded (on or off) for every call the entry serves; inside a block the trace itself turned off
+# (NOTE [Inlined __torch_function__]: off for real then too) it is the trace's, not guarded.
+def dispatch_on(out) -> bool:
+    """Whether subclass __torch_function__ dispatch is on where the trace is; guarded when it is the caller's state
+    (NOTE [Subclass results with dispatch off])."""
+    from .torch_function_inline import _STATE
     enabled = torch._C._is_torch_function_enabled()
-    on = tx.output.name_of(torch._C._is_torch_function_enabled, "torch_function_enabled")
-    tx.output.add_guard("TORCH_FUNCTION_STATE", f"{on}()" if enabled else f"not {on}()", None,
-                        expected=f"subclass __torch_function__ dispatch {'on' if enabled else 'off'}", cost=COST_ID)
-
+    if _STATE.real:
+        return enabled
+    from ..guards import COST_ID
+    on = out.name_of(torch._C._is_torch_function_enabled, "torch_function_enabled")
+    expr = f"{on}()" if enabled else f"not {on}()"
+    if not any(g.expr == expr for g in out.guards):
+        out.add_guard("TORCH_FUNCTION_STATE", expr, None, cost=COST_ID,
+                      expected=f"subclass __torch_function__ dispatch {'on' if enabled else 'off'}")
+    return enabled
