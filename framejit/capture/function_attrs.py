@@ -18,7 +18,7 @@ import types
 from typing import Any
 
 from .breaks import BreakKind, Unsupported, UserException
-from .sources import AttrSource, ObjectSource, Ref
+from .sources import AttrSource, ItemSource, ObjectSource, Ref
 from .values import (BoundMethodValue, BuiltinValue, ClassValue, ConstantValue, DictValue, TupleValue, UserFunctionValue,
                      Value)
 from .values.builder import wrap
@@ -122,18 +122,55 @@ def guard_defaults_shape(out, source, obj: types.FunctionType) -> None:
     """Guard `__defaults__` and `__kwdefaults__` of the function at `source` to be None as now, or of the
     same length / keys (NOTE above)."""
     for name, value in (("__defaults__", obj.__defaults__), ("__kwdefaults__", obj.__kwdefaults__)):
-        attr = AttrSource(source, name)
-        if value is None:
-            out.guard_constant(attr, None)
-            continue
-        out.guard_type(attr, type(value))
-        e = attr.expr(out.names)
-        if name == "__defaults__":
-            out.add_guard("LENGTH", f"___len({e}) == {len(value)}", attr, expected=str(len(value)),
-                          actual=f"___len({e})")
-        else:
-            out.add_guard("DICT_KEYS", f"___list({e}) == {list(value)!r}", attr, expected=repr(list(value)),
-                          actual=f"___list({e})")
+        _guard_shape(out, AttrSource(source, name), value)
+
+
+def _guard_shape(out, attr, value: tuple | dict | None) -> None:
+    if value is None:
+        out.guard_constant(attr, None)
+        return
+    out.guard_type(attr, type(value))
+    e = attr.expr(out.names)
+    if isinstance(value, tuple):
+        out.add_guard("LENGTH", f"___len({e}) == {len(value)}", attr, expected=str(len(value)),
+                      actual=f"___len({e})")
+    else:
+        out.add_guard("DICT_KEYS", f"___list({e}) == {list(value)!r}", attr, expected=repr(list(value)),
+                      actual=f"___list({e})")
+
+
+# NOTE [Defaults a call's binding consults]: binding a call of a function from outside that leaves parameters
+# out reads its defaults through `__defaults__[i]` / `__kwdefaults__[name]`, each guarded as a value; but
+# which parameters have defaults at all (`__kwdefaults__` None, a key absent, a shorter or longer
+# `__defaults__`, which moves every index) was not guarded: after `h.__kwdefaults__ = None` the trace bound
+# h(x) to the TypeError "missing 1 required keyword-only argument" and kept raising it when the user set
+# `{"k": 4.0}` again (eager returned x * 4). Where the call leaves a positional (keyword-only) parameter out,
+# the shape of `__defaults__` (`__kwdefaults__`) is guarded: None as now, or the same length (keys).
+def wrap_defaults(out, fn: types.FunctionType, base, nargs: int | None) -> tuple:
+    """The positional defaults of `fn` a call binding `nargs` positional arguments sees, read through
+    `base` (the function's source; None: a library function or one made in the frame, unguarded)."""
+    from .values.builder import wrap_unguarded
+    defaults = fn.__defaults__ or ()
+    if base is None:
+        return tuple(wrap_unguarded(d) for d in defaults)
+    base = AttrSource(base, "__defaults__")
+    if nargs is None or nargs < fn.__code__.co_argcount:
+        _guard_shape(out, base, fn.__defaults__)
+    return tuple(wrap(out, d, ItemSource(base, i)) for i, d in enumerate(defaults))
+
+
+def wrap_kwdefaults(out, fn: types.FunctionType, base, passed) -> dict:
+    """The keyword-only defaults of `fn` a call passing the keywords `passed` sees (as wrap_defaults)."""
+    from .values.builder import wrap_unguarded
+    kwdefaults = fn.__kwdefaults__ or {}
+    if base is None:
+        return {k: wrap_unguarded(v) for k, v in kwdefaults.items()}
+    base = AttrSource(base, "__kwdefaults__")
+    code = fn.__code__
+    names = code.co_varnames[code.co_argcount:code.co_argcount + code.co_kwonlyargcount]
+    if passed is None or any(name not in passed for name in names):
+        _guard_shape(out, base, fn.__kwdefaults__)
+    return {k: wrap(out, v, ItemSource(base, k)) for k, v in kwdefaults.items()}
 
 
 def _guard_absent(tx, fn: UserFunctionValue, name: str) -> None:

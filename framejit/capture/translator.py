@@ -576,27 +576,19 @@ class Translator:
             raise Unsupported(BreakKind.INLINE_LIMIT, f"inlining {f.__qualname__} exceeds depth {config.inline_depth_limit}")
         if code.co_flags & _ASYNC_FLAGS:
             raise Unsupported(BreakKind.UNSUPPORTED_CALL, f"{f.__qualname__} is a coroutine or async generator")
-        defaults = fn.defaults if fn.defaults is not None else self._wrap_defaults(fn)
-        kwdefaults = fn.kwdefaults if fn.kwdefaults is not None else self._wrap_kwdefaults(fn)
+        defaults = fn.defaults if fn.defaults is not None else self._wrap_defaults(fn, len(args))
+        kwdefaults = fn.kwdefaults if fn.kwdefaults is not None else self._wrap_kwdefaults(fn, kwargs)
         bound = bind_arguments(code, f.__qualname__, args, kwargs, defaults, kwdefaults)
         cells = self._cells_for(fn)
         return Translator(self.output, code, f.__globals__, f.__builtins__, bound, cells, parent=self)
 
-    def _wrap_defaults(self, fn: UserFunctionValue) -> tuple[Value, ...]:
-        defaults = fn.fn.__defaults__ or ()
-        base = _function_source(fn)
-        if base is None:
-            return tuple(wrap_unguarded(d) for d in defaults)
-        base = AttrSource(base, "__defaults__")
-        return tuple(wrap(self.output, d, ItemSource(base, i)) for i, d in enumerate(defaults))
+    def _wrap_defaults(self, fn: UserFunctionValue, nargs: int | None = None) -> tuple[Value, ...]:
+        from .function_attrs import wrap_defaults  # NOTE [Defaults a call's binding consults]
+        return wrap_defaults(self.output, fn.fn, _function_source(fn), nargs)
 
-    def _wrap_kwdefaults(self, fn: UserFunctionValue) -> dict[str, Value]:
-        kwdefaults = fn.fn.__kwdefaults__ or {}
-        base = _function_source(fn)
-        if base is None:
-            return {k: wrap_unguarded(v) for k, v in kwdefaults.items()}
-        base = AttrSource(base, "__kwdefaults__")
-        return {k: wrap(self.output, v, ItemSource(base, k)) for k, v in kwdefaults.items()}
+    def _wrap_kwdefaults(self, fn: UserFunctionValue, passed: Any = None) -> dict[str, Value]:
+        from .function_attrs import wrap_kwdefaults  # NOTE [Defaults a call's binding consults]
+        return wrap_kwdefaults(self.output, fn.fn, _function_source(fn), passed)
 
     def _cells_for(self, fn: UserFunctionValue) -> dict[str, Any]:
         code = fn.fn.__code__

@@ -448,6 +448,37 @@ def test_tensor_default_reassigned():
     run_steps(fn, _x, [None, set_defaults, None])
 
 
+def _callee_kw(x, *, k=2.0):
+    return x * k
+
+
+def _callee_pos(x, a, b=torch.ones(4)):
+    return x * a + b
+
+
+def test_callee_defaults_shape_changed_after_first_call():
+    """Which parameters of a callee have defaults is guarded (NOTE [Defaults a call's binding consults]):
+    a longer `__defaults__` moves b's default to index 1 (the parent read index 0: x*2 + 0, eager x*2 + 1);
+    `__kwdefaults__` None then set again (the parent kept raising the TypeError)."""
+    def fn(x):
+        try:
+            return _callee_kw(x), _callee_pos(x, 2)
+        except TypeError as e:
+            return str(e)
+
+    kw, pos = _callee_kw.__kwdefaults__, _callee_pos.__defaults__
+
+    def put(f, name, value):
+        return lambda: setattr(f, name, value)
+
+    try:
+        run_steps(fn, _x, [None, put(_callee_pos, "__defaults__", (torch.zeros(4), pos[0])),
+                           put(_callee_kw, "__kwdefaults__", None), put(_callee_kw, "__kwdefaults__", {"k": 4.0}),
+                           put(_callee_pos, "__defaults__", pos)])
+    finally:
+        _callee_kw.__kwdefaults__, _callee_pos.__defaults__ = kw, pos
+
+
 # ---- tensors and floats -------------------------------------------------------------------------------------
 @pytest.mark.parametrize("backend", ALL_BACKENDS)
 def test_storage_offset_is_guarded(backend):
