@@ -260,7 +260,9 @@ HANDLERS: dict[Any, Any] = {object.__getattribute__: _object_getattribute, delat
 # Now that `__getattr__` is inlined after it (its entry guarded by identity, or its absence guarded); one that is
 # no function is a graph break. nn.Module's own `__getattr__` is left out (it raises AttributeError for any name
 # a property has: registering a parameter or submodule of that name fails), and so is object.__getattribute__
-# itself (NOTE [object.__getattribute__ calls no __getattr__]).
+# itself (NOTE [object.__getattribute__ calls no __getattr__]). Left out, the getter's own AttributeError left the
+# lookup (`'M' object has no attribute 'missing'` where eager's says 'scale', the property's name: hhuntG8 MED-1):
+# nn.Module's `__getattr__` is now followed too, as its slots are read (attributes._module_slot).
 def getattr_after_error(tx, obj: Value, name: str, cls: type, default_lookup: bool, read) -> Value:
     """`read()`, a class-level attribute's value; an AttributeError it raises goes on to `cls.__getattr__`."""
     if default_lookup:
@@ -277,7 +279,11 @@ def getattr_after_error(tx, obj: Value, name: str, cls: type, default_lookup: bo
         if issubclass(cls, torch.nn.Module) and lookup.is_module_default(impl, "__getattr__"):
             lookup.guard_entry_identity(tx.output, lookup.guard_found_on_class(tx.output, cls, "__getattr__", index),
                                         impl)
-            raise
+            from .values import NNModuleValue
+            if not isinstance(obj, (NNModuleValue, ObjectValue)):
+                raise
+            from .attributes import _module_slot  # its own AttributeError names `name`, not the getter's
+            return _module_slot(tx, obj, name)
         if not isinstance(impl, types.FunctionType):
             raise Unsupported(BreakKind.UNSUPPORTED_ATTRIBUTE, f"{cls.__name__}.{name} raised AttributeError: "
                                                                "__getattr__ answers") from None
