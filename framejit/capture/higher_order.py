@@ -140,6 +140,9 @@ def _checkpoint_handler(tx, args, kwargs):
     if tx.output.__dict__.get("reentrant_depth") and not dict(options)["preserve_rng_state"]:
         raise Unsupported(BreakKind.UNSUPPORTED_CALL, "torch.utils.checkpoint.checkpoint with preserve_rng_state="
                                                       "False inside a reentrant checkpoint (NOTE [Checkpoint options])")
+    if args:
+        from .nonreentrant_cells import note
+        note(tx, args[0])  # NOTE [Non-reentrant checkpoint over cells written later]
     graph, effects = tx.output.graph, tx.output.side_effects
     before, python_effects = set(graph.nodes), effects.version - effects.tensor_writes
     result = tx.inline(UserFunctionValue(checkpoint), args, kwargs)

@@ -387,6 +387,8 @@ def reentrant_regions(gm: torch.fx.GraphModule, frame: tuple | None = None) -> N
     graph]); `frame`: (output, shape, fn, whether the graph is the one before a break) of the frame, for NOTE [State
     changed between the forward and the
     backward], or None."""
+    from .nonreentrant_cells import check
+    check(frame)  # NOTE [Non-reentrant checkpoint over cells written later] (before any region is replaced)
     graph = gm.graph
     boundaries = [n for n in graph.nodes if n.op == "call_function" and isinstance(n.target, ReentrantBoundary)]
     if not boundaries:
