@@ -35,6 +35,38 @@ def _by_code_with_defaults(fn: UserFunctionValue) -> bool:
     return fn.by_code and (fn.fn.__defaults__ is not None or fn.fn.__kwdefaults__ is not None)
 
 
+# NOTE [Callable objects at breaks]: `obj(x)` of a user object (not a module) whose class defines `__call__` in
+# Python runs `type(obj).__call__(obj, x)`. At a break the step called the object directly, so no frame hook saw
+# `__call__` and its whole body ran eagerly, outside any graph and without an eager-frame record: a compiled
+# callable instance (`framejit.compile(Step())`, api._trampoline calls it at its root, where no nested break
+# is taken), a callable loss or processor object whose `__call__` prints or calls a torch.compiler.disable'd
+# optimizer method, or one called in a loop. Stock Dynamo captures that frame through PEP 523. Such a call now
+# goes through a hook made for the class's `__call__`, with the object passed first (as CPython binds it);
+# the class lookup is read as the trace reads it (translator.call_special_of: class-dict guards), so another
+# `__call__` set on the class later recompiles. Callees that must run directly keep doing so (direct_callee).
+def object_call(tx: Any, callee: Value) -> Any:
+    """The class's `__call__` function for a call of a user object at a break that should go through a frame
+    hook (NOTE above), or None."""
+    from . import lookup
+    from .values import ClassValue, NNModuleValue, ObjectValue
+    if type(callee) is not ObjectValue or callee.source is None or isinstance(callee, NNModuleValue):
+        return None
+    cls = type(callee.obj)
+    call = lookup.mro_lookup(cls, "__call__")[1]
+    if not isinstance(call, types.FunctionType) or direct_callee(call):
+        return None
+    value = tx.getattr(ClassValue(cls), "__call__")  # the trace's own read of the class: guards the lookup
+    if not isinstance(value, UserFunctionValue) or value.fn is not call or not hookable(value):
+        return None
+    return call
+
+
+def direct_callee(fn: Any) -> bool:
+    """Callees that run directly at a break, never through a frame hook (graph_break.BreakCodegen._hooked)."""
+    return names_its_caller(fn) or modelled(fn) or makes_generator(fn) or torch_internals(fn) or \
+        traceback_module(fn)
+
+
 def modelled(fn: Any) -> bool:
     """NOTE [Modelled functions at breaks]: a Python library function framejit answers with its own handler
     (`copy.deepcopy`, `inspect.signature`, ...) breaks only where that handler refused the arguments; tracing

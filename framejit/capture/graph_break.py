@@ -54,7 +54,7 @@ from .codegen_runtime import delete_cell, new_cell
 from .normalize import Inst, jump_targets, normalize
 from .caller_frames import log, logging_call
 from .break_callees import (shared_cells, closure_from_outside, hookable, makes_generator, modelled,
-                            names_its_caller, torch_internals, traceback_module)
+                            names_its_caller, object_call, torch_internals, traceback_module)
 from .inherited_symbols import inherit_symbols
 from .break_sites import _CONDITIONAL, _LOADS, _OR_POP, _SIMPLE, BreakSite
 from .resume import ITERATOR_KINDS, STACK_PREFIX, leading_first, origin
@@ -422,6 +422,8 @@ class BreakCodegen:
             # a bound method made while tracing (`func.__get__(obj, cls)`) is rebuilt from its function's
             # source and its self, so the run-time function object reaches call_through_hook too
             return self.hooks.call_through_hook(), callee  # NOTE [Closures called at breaks] in convert.py
+        if (call := object_call(self.tx, callee)) is not None:  # NOTE [Callable objects at breaks]
+            return self.hooks.function(call), callee
         if isinstance(callee, NNModuleValue) and callee.source is not None and not _forward_on_instance(self.tx, callee):
             forward = type(callee.obj).forward
             if isinstance(forward, types.FunctionType) and module_call_default(type(callee.obj)):
