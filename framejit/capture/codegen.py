@@ -667,7 +667,7 @@ def _children(value: Value) -> list:
 # differ (the set then iterated differently from eager's, e.g. set("KqJd") under some hash seeds). So the
 # template is a plain set (a copy of the table, which the constructor leaves alone: only str, tuple and
 # frozenset constants are walked; the code only copies it, `cls(template)`), and where neither it nor the
-# elements in order give the set's order, sets of up to 7 elements try the other insertion orders.
+# elements in order give the set's order, sets of up to 7 elements try the other insertion orders (none: a break).
 def _set_template(value: SetValue) -> Any:
     """What `set(...)` rebuilds `value` from, iterating in its order (NOTE [Set order]): its elements one
     by one, or, where that order differs, a set whose table the new set copies."""
@@ -682,7 +682,7 @@ def _set_template(value: SetValue) -> Any:
         for candidate in itertools.permutations(order):
             if list(set(candidate)) == order:
                 return candidate
-    return tuple(order)
+    raise Unsupported(BreakKind.UNSUPPORTED_VALUE, f"{value.describe()}: no rebuild reproduces its layout")
 
 
 @dataclasses.dataclass
