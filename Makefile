@@ -53,9 +53,9 @@ sysdeps:
 	@command -v redis-server >/dev/null
 
 # NOTE [Heavy tests split between interpreters] (tests/conftest.py): under `make test` (SPLIT=1) each interpreter
-# of TEST_VERSIONS runs every frontend test and its share (FRAMEJIT_TEST_SHARD=index/count) of the real-model,
-# backend, distributed and Redis tests, so that together they run every test once or more; `make test311` and
-# friends alone run everything on their interpreter.
+# of TEST_VERSIONS runs its share (FRAMEJIT_TEST_SHARD=index/count) of the frontend tests (each on two
+# interpreters) and of the real-model, backend, distributed and Redis tests (each on one), so that together they
+# run every test once or more; `make test311` and friends alone run everything on their interpreter.
 shard_env = $(if $(SPLIT),FRAMEJIT_TEST_SHARD=$$(echo " $(TEST_VERSIONS) " | sed 's/ $(1) .*//' | wc -w)/$(words $(TEST_VERSIONS)))
 
 # NOTE [No phony prerequisite under make test]: `make test` installs the system packages first; the suites it then
@@ -73,18 +73,29 @@ test312: $(test_deps) $(VENV312)/$(STAMP)
 test313: $(test_deps) $(VENV313)/$(STAMP)
 	$(call shard_env,313) $(VENV313)/bin/python -m pytest tests
 
-# The slowest suite (TEST_FIRST) gets its environment first and starts at once; the other environments are
-# installed one after another while it runs (never two pip installs at a time: editable installs write into
-# this directory), each suite starting as soon as its own environment is ready.
-TEST_FIRST ?= $(lastword $(TEST_VERSIONS))
-TEST_REST := $(filter-out $(TEST_FIRST),$(TEST_VERSIONS))
+# NOTE [Suites start as their environments are ready]: the first suite (TEST_FIRST) is the one whose torch
+# lies on this disk (3.11's CPU wheel, installed in about a minute); it starts at once, and the other
+# environments (PyPI's torch for 3.12 and 3.13, several GB to download) are installed one after another while it
+# runs (never two pip installs at a time: editable installs write into this directory), 3.13 first (its CUDA
+# libraries are then hard-linked into 3.12's: tools/share_dists.py), each suite starting as soon as its own
+# environment is ready (CHAIN=1 orders the installs). Installing 3.13 first and starting its suite alone had both
+# cores waiting for the download.
+TEST_ORDER := $(filter $(TEST_VERSIONS),311 313 312) $(filter-out 311 313 312,$(TEST_VERSIONS))
+TEST_FIRST ?= $(firstword $(TEST_ORDER))
+TEST_REST := $(filter-out $(TEST_FIRST),$(TEST_ORDER))
 test: sysdeps
 	$(MAKE) --no-print-directory $(ENV_$(TEST_FIRST))
 	$(MAKE) --no-print-directory -j$(TEST_JOBS) --output-sync=target SPLIT=1 test$(TEST_FIRST) test-rest
 
 test-rest:
-	$(foreach v,$(TEST_REST),$(MAKE) --no-print-directory $(ENV_$(v)) &&) true
-	$(if $(TEST_REST),$(MAKE) --no-print-directory --output-sync=target $(addprefix test,$(TEST_REST)))
+	$(if $(TEST_REST),$(MAKE) --no-print-directory -j$(words $(TEST_REST)) --output-sync=target SPLIT=1 CHAIN=1 \
+	  $(addprefix test,$(TEST_REST)))
+
+# Under CHAIN, each environment of TEST_REST is installed after the one before it.
+ifdef CHAIN
+chain_pairs = $(join $(wordlist 1,$(words $(TEST_REST)),x $(TEST_REST)),$(addprefix :,$(TEST_REST)))
+$(foreach pair,$(filter-out x:%,$(chain_pairs)),$(eval $(ENV_$(lastword $(subst :, ,$(pair)))): | $(ENV_$(firstword $(subst :, ,$(pair))))))
+endif
 
 bench: $(VENV)/$(STAMP)
 	$(VENV)/bin/python benchmarks/overhead.py

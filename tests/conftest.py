@@ -123,8 +123,8 @@ def pytest_runtest_teardown(item, nextitem):
 
 # NOTE [Heavy tests split between interpreters]: `make test` runs the suite on CPython 3.11, 3.12 and 3.13 at once
 # on a 2-core machine. Every test of the frontend (capture, guards, the frame cache, soundness: what bytecode and
-# interpreter versions change) runs on each of them. The tests under SPLIT_PATHS (real models, the onnxrt and triton
-# backends' lowering and training, distributed, the Redis tier: about two thirds of the suite's CPU time)
+# interpreter versions change) runs on two of them (NOTE [Frontend tests on two interpreters]). The tests under
+# SPLIT_PATHS (real models, the onnxrt and triton backends' lowering and training, distributed, the Redis tier)
 # exercise code that does not branch on the interpreter's version; with FRAMEJIT_TEST_SHARD=i/n (set by `make
 # test`, one index per interpreter) each of them runs on one interpreter only: sorted by test id, the k-th
 # goes to shard k % n (alternating keeps the shards' times close; a digest per test left them 25% apart), so
@@ -211,10 +211,32 @@ def is_split(nodeid: str) -> bool:
     return not SPLIT_BACKENDS.isdisjoint(params.rstrip("]").split("-") + name.split("_"))
 
 
+def on_every_shard(nodeid: str) -> bool:
+    """Whether the test `nodeid` runs on every shard (NOT_SPLIT), not on FRONTEND_SHARDS of them."""
+    split = max((len(p) for p in SPLIT_PATHS if nodeid.startswith(p)), default=-1)
+    kept = max((len(p) for p in NOT_SPLIT if nodeid.startswith(p)), default=-1)
+    return kept > split
+
+
+# NOTE [Frontend tests on two interpreters]: every other test (the frontend's: capture, guards, soundness, the
+# frame cache's entries) runs on FRONTEND_SHARDS of the shards, not on all of them: sorted by test id, the k-th
+# runs on shards k % n and (k + 1) % n, so with the three interpreters of `make test` each frontend test runs on
+# two of them, each interpreter runs two thirds of the frontend tests, and every pair of interpreters shares a
+# third. What a test checks on one version's bytecode (an opcode, a comprehension's frame, a resume function's
+# prologue) is checked by many tests, and each interpreter still runs thousands of them. With every frontend test
+# on every interpreter (three times the frontend's ~4,700 tests, ~70% of the suite's CPU time), the fresh-clone CI
+# took 2361 s of the 1800 allowed on the CI machine. NOT_SPLIT tests and `make test311`-style runs are unchanged.
+FRONTEND_SHARDS = 2
+
+
 def split_tests(nodeids: list[str], index: int, count: int) -> set[str]:
     """The ids among `nodeids` that shard `index` of `count` does not run."""
     split = sorted(n for n in nodeids if is_split(n))
-    return {n for k, n in enumerate(split) if k % count != index}
+    skipped = {n for k, n in enumerate(split) if k % count != index}
+    shared = sorted(n for n in nodeids if not is_split(n) and not on_every_shard(n))
+    if FRONTEND_SHARDS < count:
+        skipped.update(n for k, n in enumerate(shared) if (index - k) % count >= FRONTEND_SHARDS)
+    return skipped
 
 
 def pytest_collection_modifyitems(config, items):
