@@ -50,7 +50,7 @@ def nested_tensor_call(tx, fn: Any, args: list[Value], kwargs: dict) -> Value | 
         if any(leaf is None for leaf in leaves):
             return None
         return ConstantValue(fn(*leaves))
-    if protocol:  # NOTE [Protocol checks of subclass tensors]
+    if protocol or fn is torch.overrides.handle_torch_function:  # NOTE [Protocol checks of subclass tensors]
         from .torch_function_checks import protocol_answer
         return protocol_answer(tx, fn, args, kwargs)
     return None

@@ -9,12 +9,18 @@ disables the protocol), it answered False for a tensor subclass where eager answ
 string passed to MyT.__format__", eager the repr; `torch.Tensor.__deepcopy__(sub, {})` returned a copy where eager
 raises RuntimeError). The answer depends on the class of each tensor (exact type guarded for inputs, known for
 tensors the graph made), on the class's `__torch_function__` (its lookup guarded) and on the process state:
-torch-function modes (guarded for every entry) and whether subclass dispatch is on. So it is asked of the real
+torch-function modes (guarded for every entry) and whether subclass dispatch is on. It is asked of the real
 function with stand-ins: an empty tensor of each argument's class (`Tensor._make_subclass`, which runs no user
 code). Subclass dispatch state: off inside a block of the trace (NOTE [Inlined __torch_function__]: off for real
 then too); otherwise the real state is guarded as make_input guards it. An input tensor with its own
 `__torch_function__` in its instance dict, a value that is neither a tensor, a constant nor a list/tuple of those,
-and a class that is not a plain Python subclass of torch.Tensor are left to the ordinary path (None).
+and a class that is not a plain Python subclass of torch.Tensor are left to the ordinary path (None). A False
+answer is a constant of the trace; a True one is a graph break: what follows in torch's code is
+`handle_torch_function`, whose call of `type(x).__torch_function__` (a torch Python classmethod) took the graph-op
+path on fakes and raised TypeError, which `Tensor.__rsub__`'s wrapper turned into NotImplemented (eager: the result),
+so it runs as Python, as it did when the check ran on a gated tensor (NOTE [Inlined __torch_function__]). For the
+same reason a call of `handle_torch_function` reaching the graph-op path (a resume function after that break:
+`Tensor.__rsub__`'s wrapper compiled as a frame of its own) is a graph break.
 """
 from __future__ import annotations
 
@@ -45,14 +51,21 @@ def _subclass_tensors(v: Value) -> list[TensorValue]:
 def protocol_answer(tx, fn: Any, args: list[Value], kwargs: dict) -> Value | None:
     """`fn(*args)` for a protocol check with a subclass tensor among `args` (NOTE [Protocol checks of subclass
     tensors]); None when no argument is one or the stand-ins cannot answer."""
+    if fn is torch.overrides.handle_torch_function:  # run on fakes, it raised TypeError: "no implementation found"
+        from .breaks import BreakKind, Unsupported
+        raise Unsupported(BreakKind.UNSUPPORTED_CALL, "handle_torch_function runs as Python")
     if kwargs or not is_protocol_check(fn) or not any(_subclass_tensors(a) for a in args):
         return None
     leaves = [_stand_in(tx, a) for a in args]
     if any(leaf is _NONE for leaf in leaves):
         return None
     dispatch_on(tx.output)
+    if fn(*leaves):
+        from .breaks import BreakKind, Unsupported
+        raise Unsupported(BreakKind.UNSUPPORTED_CALL, f"{fn.__name__} of a tensor subclass is True: torch's "
+                          "handle_torch_function path runs as Python")
     from .values import ConstantValue
-    return ConstantValue(fn(*leaves))
+    return ConstantValue(False)
 
 
 _NONE = object()

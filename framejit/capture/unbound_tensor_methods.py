@@ -20,7 +20,7 @@ import torch
 
 from . import lookup
 from .breaks import BreakKind, Unsupported
-from .values import TensorValue, Value
+from .values import ConstantValue, SequenceValue, TensorValue, Value
 
 # NOTE [Object protocol methods of tensors]: `x.__hash__()`, `x.__reduce_ex__(2)`, `x.__reduce__()` and
 # `x.__deepcopy__(memo)` called explicitly (or unbound: NOTE [Tensor methods called unbound]) took the path of tensor
@@ -32,6 +32,14 @@ from .values import TensorValue, Value
 # as `hash(x)` is (and `copy.deepcopy(x)` where copies.py cannot model it).
 OBJECT_PROTOCOL_BREAKS = {name: BreakKind.UNSUPPORTED_CALL for name in
                           ("__hash__", "__reduce_ex__", "__reduce__", "_reduce_ex_internal", "__deepcopy__")}
+
+# NOTE [Default __torch_function__ read from a class]: `type(x).__torch_function__` of a plain subclass (what torch's
+# handle_torch_function calls once has_torch_function is True) is torch.Tensor's classmethod bound to the class, read
+# as a torch callable: called, it took the graph-op path and ran on fake tensors, whose TypeError ("no implementation
+# found ...") was taken as the program's exception, and `Tensor.__rsub__`'s wrapper turned it into NotImplemented
+# (eager: the result). Called with the class bound it is a graph break (NOTE [Inlined __torch_function__] answers the
+# calls it routes itself).
+_DEFAULT_TF = torch.Tensor.__torch_function__.__func__
 
 _DESCRIPTORS = (types.MethodDescriptorType, types.WrapperDescriptorType)
 
@@ -51,6 +59,8 @@ def tensor_method_name(fn: Any) -> str | None:
 def unbound_tensor_method(tx, fn: Any, args: list[Value]) -> str | None:
     """The method name under which `fn(*args)` is `args[0].name(*args[1:])` (NOTE [Tensor methods called unbound]);
     None when `fn` is no Tensor method or its first argument no tensor; a break when the tensor's class has its own."""
+    if getattr(fn, "__func__", None) is _DEFAULT_TF:  # NOTE [Default __torch_function__ read from a class]
+        raise Unsupported(BreakKind.UNSUPPORTED_CALL, "Tensor.__torch_function__ of a class read as a callable")
     if not args or not isinstance(args[0], TensorValue):
         return None
     name = tensor_method_name(fn)
@@ -61,4 +71,20 @@ def unbound_tensor_method(tx, fn: Any, args: list[Value]) -> str | None:
         raise Unsupported(BreakKind.UNSUPPORTED_CALL, f"Tensor.{name} called unbound on a {cls.__qualname__}, "
                           f"whose class finds another {name}")
     lookup.guard_lookup(tx.output, cls, name)
+    return name
+
+
+# NOTE [Tensor.new of a torch.Size]: `t.new(size)` makes an uninitialized tensor of that shape when `size` is a
+# torch.Size, and a tensor holding the numbers when it is a plain tuple (`t.new((4,))` is tensor([4.])). A graph
+# node's arguments are rebuilt by FX (map_aggregate) and graph_calls._python_of, where a torch.Size is a tuple, so it ran
+# `new((4,))`: torch.distributions' Exponential/Weibull/Gamma-based rsample (`self.rate.new(shape).exponential_()`
+# with shape a torch.Size) returned one number of shape (1,) that broadcast into wrong samples (/tmp/hhuntHF8
+# m_exp.py, m_dist.py: Weibull rsample 0.3-1.9 off eager). With a torch.Size (static or symbolic) and no keyword
+# but `device`, `t.new(size)` is exactly `t.new_empty(size)` (t's dtype and device, no grad), recorded as that.
+def tensor_method_for(name: str, args: list, kwargs: dict) -> str:
+    """The tensor method recorded for `Tensor.<name>(*args, **kwargs)` (NOTE above)."""
+    size = args[0] if name == "new" and len(args) == 1 and set(kwargs) <= {"device"} else None
+    if isinstance(size, SequenceValue) and size.cls is torch.Size or \
+            isinstance(size, ConstantValue) and type(size.value) is torch.Size:
+        return "new_empty"
     return name

@@ -45,11 +45,19 @@ def _check(fn, maker, view):
         assert view(got) == view(want), (shape, got, want)
 
 
+def _facts(value):
+    if isinstance(value, torch.Tensor):
+        return type(value).__name__, value.tolist()
+    if isinstance(value, (tuple, list)):
+        return type(value).__name__, [_facts(v) for v in value]
+    return value
+
+
 def _returned(fn):
     """The facts of `(t, answer)` a frame returned, identity answers as relations to `t` itself."""
     def view(result):
-        if not isinstance(result, tuple) or not isinstance(result[0], torch.Tensor):
-            return result
+        if not (isinstance(result, tuple) and isinstance(result[0], torch.Tensor) and type(result[1]) is int):
+            return _facts(result)
         t, answer = result
         return type(answer).__name__, answer == id(t), answer == t.data_ptr(), \
             answer if not isinstance(answer, int) else None
@@ -94,6 +102,10 @@ def unbound_python_methods(x):
     return torch.Tensor.__repr__(x), torch.Tensor.__format__(x, "")
 
 
+def unbound_reflected(x):
+    return torch.Tensor.__rsub__(x, 1)
+
+
 def unbound_deepcopy(x):
     return torch.Tensor.__deepcopy__(x, {}).shape
 
@@ -109,7 +121,7 @@ CASES = [
     (unbound_reduce_ex, "transposed"), (unbound_reduce_ex, "plain"),
     (bound_hash, "param"), (bound_hash, "subclass"), (bound_hash_made, "plain"),
     (bound_reduce_ex, "transposed"), (bound_reduce_ex, "param"), (bound_deepcopy, "subclass"),
-    (unbound_python_methods, "subclass"), (unbound_deepcopy, "subclass"),
+    (unbound_python_methods, "subclass"), (unbound_deepcopy, "subclass"), (unbound_reflected, "subclass"),
 ]
 
 
