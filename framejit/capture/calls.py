@@ -27,7 +27,7 @@ from .values import (BoundMethodValue, BuiltinValue, ClassValue, ConstantValue, 
 from .vmap_capture import check_functorch_call
 from .torch_function_inline import route_call
 from .unstarted_generators import inline_noting_generators
-from .unbound_tensor_methods import OBJECT_PROTOCOL_BREAKS, tensor_method_name, unbound_tensor_method
+from .unbound_tensor_methods import OBJECT_PROTOCOL_BREAKS, tensor_method_for, tensor_method_name, unbound_tensor_method
 
 # Tensor methods that read data into Python or touch state outside the graph.
 TENSOR_METHODS_UNSUPPORTED = {
@@ -297,7 +297,7 @@ def call_tensor_method(tx, tensor: TensorValue, name: str, args: list[Value], kw
             return element
     if kind is not None:
         raise Unsupported(kind, f"Tensor.{name}() {'reads tensor data into Python' if kind is BreakKind.DATA_DEPENDENT else 'has effects outside the graph'}")
-    return tx.output.call("call_method", name, (tensor, *args), kwargs)
+    return tx.output.call("call_method", tensor_method_for(name, args, kwargs), (tensor, *args), kwargs)  # NOTE [Tensor.new of a torch.Size]
 
 
 def _sets_backend_state(fn: Any) -> bool:
