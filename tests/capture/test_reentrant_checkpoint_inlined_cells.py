@@ -137,3 +137,44 @@ def test_a_closure_of_a_returned_frame_that_nothing_writes_stays_in_the_graph(re
         compiled(x2).backward()
         torch.testing.assert_close(x2.grad, x.grad)
     assert backend.graph_count == 1
+
+
+_CFG = [1.0]
+
+
+class _Scaled(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.k = 1.0
+
+    def forward(self, t):
+        return (t * self.k * _CFG[0]).sin()
+
+
+_SCALED = _Scaled()
+
+
+@pytest.mark.parametrize("case", ["global_list", "module_attribute"])
+def test_state_the_frame_writes_around_a_non_reentrant_call_is_read_by_the_recomputation(case):
+    """hhuntG7 HIGH-3 (state the frame writes around the call): `CFG[0] = s; checkpoint(blk, x); CFG[0] = 2 * s` and
+    `m.k = s; checkpoint(m, x); m.k = 2 * s` recomputed with s where eager's backward reads 2 * s (x.grad
+    1.5cos(1.5x) where eager gives 1.5cos(3x)); now the call is a break."""
+    def f(x, s):
+        if case == "global_list":
+            _CFG[0] = s
+            y = ckpt.checkpoint(_SCALED, x, use_reentrant=False)
+            _CFG[0] = s * 2
+        else:
+            _SCALED.k = s
+            y = ckpt.checkpoint(_SCALED, x, use_reentrant=False)
+            _SCALED.k = s * 2
+        return y.sum()
+
+    def steps(fn):
+        _CFG[0], _SCALED.k = 1.0, 1.0
+        return _steps(fn, case)
+    want = steps(f)
+    got = steps(framejit.compile(f, backend=CountingBackend()))
+    for (out, grad), (w_out, w_grad) in zip(got, want):
+        torch.testing.assert_close(out, w_out)
+        torch.testing.assert_close(grad, w_grad)
