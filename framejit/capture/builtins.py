@@ -25,6 +25,7 @@ from .float_calls import float_call, sum_values
 from .folded_results import index_of, modular_pow
 from .generator_ends import stop_iteration
 from .lazy_generators import LazyGeneratorValue, drain_whole
+from .values.iterator_claims import ends_with, mark_ended_in_order  # NOTE [Combinators drawn to their end]
 from .values.containers import dict_iterator, drain_lent, drain_zipped, drawn_ahead_checked, iterates_as_tuple, \
     lent_error
 from .values import (ClassValue, ConstantValue, DictValue, IteratorValue, ListValue, SetValue,
@@ -290,7 +291,7 @@ def _enumerate(tx, args, kwargs):
     column, = drain_lent(tx, args[:1])  # NOTE [Lent iterators]
     rows = IteratorValue([TupleValue([_row_number(tx, i, start), v]) for i, v in enumerate(column)])
     recipe = {} if isinstance(start, Value) else {"extra": start}  # symbolic: rebuilt from its rows at a break
-    rows = drawn_ahead_checked(watch.finish(rows, "enumerate", per_row=True, **recipe), args[:1])
+    rows = ends_with(drawn_ahead_checked(watch.finish(rows, "enumerate", per_row=True, **recipe), args[:1]), args[:1])
     return _typed(rows, enumerate)  # NOTE [Combinators rebuilt at breaks], [Lazy generators drawn ahead]
 
 
@@ -305,7 +306,7 @@ def _zip(tx, args, kwargs):
     rows = watch.finish(IteratorValue([TupleValue(list(row)) for row in zip(*columns)]), "zip", per_row=True,
                         extra=bool(strict), columns=columns)
     # NOTE [Combinators rebuilt at breaks], [Lazy generators drawn ahead]
-    return _typed(drawn_ahead_checked(rows, args), zip if not strict else None)
+    return _typed(ends_with(drawn_ahead_checked(rows, args), list(args), columns), zip if not strict else None)
 
 
 @handles(reversed)
@@ -526,17 +527,27 @@ BUILTIN_HANDLERS[max] = _min_max(max)
 def _sum(tx, args, kwargs):
     total = args[1] if len(args) > 1 else kwargs.get("start", ConstantValue(0))
     items, drawn = _drawn_with_check(tx, args[0])  # NOTE [Consumers that call back between draws]
-    return sum_values(tx, total, items, drawn, lambda a, b: binary(tx, operator.add, a, b))
+    return _drawn_whole(args[0], sum_values(tx, total, items, drawn, lambda a, b: binary(tx, operator.add, a, b)))
 
 
 @handles(any)
 def _any(tx, args, kwargs):
-    return ConstantValue(any(truth(tx, i) for i in iterate(tx, args[0])))
+    found = any(truth(tx, i) for i in iterate(tx, args[0]))
+    return ConstantValue(True) if found else _drawn_whole(args[0], ConstantValue(False))
 
 
 @handles(all)
 def _all(tx, args, kwargs):
-    return ConstantValue(all(truth(tx, i) for i in iterate(tx, args[0])))
+    held = all(truth(tx, i) for i in iterate(tx, args[0]))
+    return ConstantValue(False) if not held else _drawn_whole(args[0], ConstantValue(True))
+
+
+def _drawn_whole(iterable: Value, result: Value) -> Value:
+    """sum(), or any()/all() that found nothing to stop at, drew `iterable` to its end in order, with no error: its
+    claims end (NOTE [Iterators claimed by a run ahead]; revBB: `sum(v for v in it)` then `list(it)` retraced)."""
+    if isinstance(iterable, IteratorValue):
+        mark_ended_in_order(iterable)
+    return result
 
 
 @handles(getattr)

@@ -356,3 +356,67 @@ def test_ordinary_generators_one_graph(fn):
         t = torch.randn(3)
         assert_same(_norm(compiled(t.clone())), _norm(fn(t)))
     assert backend.graph_count == 1
+
+
+# ---- revBB MED-2: a combinator drawn to its end in order ends its argument's claim ------------------------------
+# (NOTE [Combinators drawn to their end] in framejit/capture/values/iterator_claims.py). Before, a generator lent to
+# enumerate/zip kept its claim on the iterator it stepped for good: reading that iterator after the loop broke
+# where the combinator was made, and the loop stepped as Python. sum(), and any()/all() that found nothing to stop
+# at, draw their argument to its end too (before: the generator was traced again lazily and sum ran as Python).
+def enumerate_genexpr_then_rest(x):
+    it = iter([1.0, 2.0, 3.0])
+    for i, v in enumerate(v * 2 for v in it):
+        x = x + i * v
+    return x, list(it)
+
+
+def zip_genexpr_first_then_rest(x):
+    it = iter([1.0, 2.0, 3.0])
+    for v, c in zip((w * 2 for w in it), "abcd"):
+        x = x + v
+    return x, list(it)
+
+
+def enumerate_of_zip_then_rest(x):
+    it = iter([1.0, 2.0, 3.0])
+    for i, (a, b) in enumerate(zip((w for w in it), [4, 5, 6, 7])):
+        x = x + i * a * b
+    return x, list(it)
+
+
+def list_of_enumerate_then_rest(x):
+    it = iter([1.0, 2.0, 3.0])
+    rows = list(enumerate(v + 1 for v in it))
+    return x + rows[-1][1], list(it)
+
+
+def sum_then_rest(x):
+    it = iter([1.0, 2.0, 3.0])
+    return x + sum(v * 2 for v in it), list(it)
+
+
+def any_found_nothing_then_rest(x):
+    it = iter([1.0, 2.0, 3.0])
+    return x + any(v > 5 for v in it), list(it)
+
+
+@pytest.mark.parametrize("fn", [enumerate_genexpr_then_rest, zip_genexpr_first_then_rest, enumerate_of_zip_then_rest,
+                                list_of_enumerate_then_rest, sum_then_rest, any_found_nothing_then_rest],
+                         ids=lambda f: f.__name__)
+def test_combinator_drawn_to_its_end_ends_the_claim(fn):
+    test_ordinary_generators_one_graph(fn)
+
+
+def loop_over_enumerate_then_print(x):
+    it = iter([1.0, 2.0, 3.0])
+    for i, v in enumerate(v * 2 for v in it):
+        x = x + i * v
+    print("p")
+    return x * 2
+
+
+def test_break_after_a_loop_over_enumerate_of_a_genexpr(capsys):
+    # the print's break reads `it` (a live local) at the break: the loop stays in the first graph
+    explained = framejit.explain(loop_over_enumerate_then_print)(torch.ones(3))
+    assert explained.graph_count == 2 and len(explained.break_reasons) == 1
+    _compare(loop_over_enumerate_then_print)
