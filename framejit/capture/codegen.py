@@ -40,7 +40,7 @@ from .values import (BoundMethodValue, BuiltinValue, ClassValue, ConstantValue, 
 from .stdlib import GETTERS, getter_args
 from .caught_exceptions import exception_rebuild, temporaries_cleared
 
-from . import const_keys  # noqa: F401,E402 - NOTE [Constants kept apart by type]: installed on import
+from . import const_keys  # noqa: E402 - NOTE [Constants kept apart by type]: installed on import
 from .mappings_runtime import grad_mode_manager, make_defaultdict, make_reordered, view_of, view_of_object
 from .context import rebuildable_manager
 from .values.mappings import IdentityKey, key_value, viewed_object
@@ -325,7 +325,7 @@ class Reconstructor:
             cg.load_const(concrete(value.value))
 
     def _set(self, value: SetValue) -> None:
-        if value.frozen is not None and value.cls is frozenset:
+        if value.frozen is not None and value.cls is frozenset and const_keys.strings_interned(value.frozen):
             self.cg.load_const(value.frozen)  # NOTE [Set order]: immutable, with the program's layout
         elif value.frozen is not None:  # NOTE [Plain set subclasses]
             self._call_const(value.cls, [ConstantValue(_set_template(value))])  # a new instance each call

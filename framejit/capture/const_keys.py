@@ -1,6 +1,7 @@
 """How emitted code keys its constants (NOTE below): installed into the `bytecode` library on import."""
 from __future__ import annotations
 
+import sys
 import types
 from typing import Any
 
@@ -28,3 +29,17 @@ def _const_key(obj: Any) -> Any:
 
 
 bytecode.concrete.const_key = _const_key
+
+
+def strings_interned(const: Any) -> bool:
+    """Whether the code constructor keeps the frozenset or tuple constant `const` as it is (NOTE [Set templates
+    as code constants]): it interns each str inside (tuples, frozensets), and where an equal string is interned
+    already and is another object, it rebuilds the frozenset in a new table whose order may differ (hhuntG8
+    HIGH-4: a returned `frozenset(genexpr)` of 20 strings iterated otherwise than eager in 6 of 8 calls). A
+    string with no interned twin is interned here, as the constructor would, so it is kept."""
+    for item in const:
+        if type(item) is str and sys.intern(item) is not item:
+            return False
+        if type(item) in (tuple, frozenset) and not strings_interned(item):
+            return False
+    return True
