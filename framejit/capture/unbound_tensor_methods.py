@@ -71,7 +71,28 @@ def unbound_tensor_method(tx, fn: Any, args: list[Value]) -> str | None:
         raise Unsupported(BreakKind.UNSUPPORTED_CALL, f"Tensor.{name} called unbound on a {cls.__qualname__}, "
                           f"whose class finds another {name}")
     lookup.guard_lookup(tx.output, cls, name)
+    _refuse_shadowed(tx, args[0], name)
     return name
+
+
+# NOTE [Unbound calls past instance attributes]: the unbound call is recorded as the graph op `x.name(...)`, and where
+# the graph runs as Python (the eager backend) that op looks `name` up on the tensor itself, where an instance attribute
+# (`x.add = f`, `setattr(p, "add", f)` on a parameter) comes first; eager's `torch.Tensor.add(x, 1)` never reads it
+# (revBG HIGH-2: -198 where eager gives x + 1, and a parameter's attribute set after the first call went unnoticed).
+# A tensor whose own dict or trace-stored attributes hold `name` is a break; an input's dict is guarded not to.
+def _refuse_shadowed(tx, t: TensorValue, name: str) -> None:
+    from .tensor_attrs import input_of, refuse_changed_dict, stored_or
+    found = input_of(tx.output, t)
+    real = found.tensor if found is not None else None
+    if (real is not None and name in vars(real)) or stored_or(tx.output, t, name, lambda: _ABSENT) is not _ABSENT:
+        raise Unsupported(BreakKind.UNSUPPORTED_CALL, f"Tensor.{name} called unbound on a tensor with its own "
+                          f"attribute {name!r}")
+    refuse_changed_dict(tx.output, real, name)
+    if found is not None:
+        lookup.guard_not_in_instance(tx.output, found.value.source, real, name)
+
+
+_ABSENT = object()
 
 
 # NOTE [Tensor.new of a torch.Size]: `t.new(size)` makes an uninitialized tensor of that shape when `size` is a
@@ -82,7 +103,12 @@ def unbound_tensor_method(tx, fn: Any, args: list[Value]) -> str | None:
 # m_exp.py, m_dist.py: Weibull rsample 0.3-1.9 off eager). With a torch.Size (static or symbolic) and no keyword
 # but `device`, `t.new(size)` is exactly `t.new_empty(size)` (t's dtype and device, no grad), recorded as that.
 def tensor_method_for(name: str, args: list, kwargs: dict) -> str:
-    """The tensor method recorded for `Tensor.<name>(*args, **kwargs)` (NOTE above)."""
+    """The tensor method recorded for `Tensor.<name>(*args, **kwargs)` (NOTE above); a break for a `new_*` factory of
+    a leaf that requires grad (NOTE [Factories of leaves that require grad] in calls.py: onnxrt lost the flag of
+    `x.new_ones(3, requires_grad=True)`, revBG HIGH-1)."""
+    from .calls import _makes_a_leaf_that_requires_grad
+    if name.startswith("new_") and _makes_a_leaf_that_requires_grad(kwargs):
+        raise Unsupported(BreakKind.UNSUPPORTED_CALL, f"Tensor.{name}(requires_grad=True) makes a leaf that requires grad")
     size = args[0] if name == "new" and len(args) == 1 and set(kwargs) <= {"device"} else None
     if isinstance(size, SequenceValue) and size.cls is torch.Size or \
             isinstance(size, ConstantValue) and type(size.value) is torch.Size:
