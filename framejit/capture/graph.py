@@ -32,7 +32,7 @@ from .graph_calls import (_SYM_SIZES_REFUSED, _check_no_function_args,
                           _check_overlapping_write, _check_unbumped_write, _contains_tensor, _drop_unused_sizes,
                           _fake_of, _constant_check, _has_sym as _has_symbolic, _inplace, _is_none, _is_value, _lazy_bits_check, _literal_ok, _node_of, _placeholder,
                           mark_symbolic_error, _python_type_as_dtype, _refuses_sym_bool, _refuses_sym_sizes, _short, _specialise_sym_bools,
-                          _target_name, _version, bump_foreach_writes, check_split, checked_call, eager_bumps)
+                          _target_name, _version, bump_foreach_writes, check_split, checked_call, checked_constructor, eager_bumps)
 from .function_reads import guard_reads, is_whole_torch_function
 from .input_aliases import alias_guard, real_sharers, written_candidates
 from .kernel_checks import check_arithmetic
@@ -513,7 +513,7 @@ class OutputGraph:
         if target is _BUFFER and target is not None:  # NOTE [Tensors marked as buffers or parameters] (builtins.py):
             # nn.Buffer(t) marks a plain Tensor with attributes its traced value lacked: made by Python at a break
             raise Unsupported(BreakKind.UNSUPPORTED_CALL, "torch.nn.Buffer marks its tensor with Python attributes")
-        return args, kwargs
+        return checked_constructor(target, args), kwargs  # NOTE [Legacy constructors of a torch.Size]
 
     def _after_failed_fake_call(self, e: Exception, kind: str, target: Any, args: tuple, kwargs: dict,
                                 fake_args: tuple, fake_kwargs: dict) -> tuple:

@@ -371,6 +371,21 @@ def _check_no_function_args(target: Any, node_args: tuple) -> None:
                           f"{_target_name(target)} is given a function, which a graph cannot hold as an argument")
 
 
+# NOTE [Legacy constructors of a torch.Size]: `torch.Tensor(size)`, `torch.FloatTensor(size)` and the other legacy
+# constructors read a torch.Size as a shape and a tuple as data, like Tensor.new (NOTE [Tensor.new of a torch.Size]
+# in unbound_tensor_methods.py). A node's arguments hold a torch.Size as a plain tuple (FX's map_aggregate,
+# _python_of), so `torch.Tensor(x.shape)` made a tensor of shape (1,) holding the size (/tmp/hhuntHF8/m_size2.py).
+# Such a call is a break: it runs in Python.
+def checked_constructor(target: Any, args: tuple) -> tuple:
+    """`args` of a graph call; a break for a legacy tensor constructor given a torch.Size (NOTE above)."""
+    legacy = target is torch.Tensor or type(target).__name__ == "tensortype" and type(target).__module__ == "torch"
+    if legacy and any(isinstance(a, SequenceValue) and a.cls is torch.Size or
+                      isinstance(a, ConstantValue) and type(a.value) is torch.Size for a in args):
+        raise Unsupported(BreakKind.UNSUPPORTED_CALL, f"{target.__name__}(torch.Size): a graph node would hold a tuple, "
+                          "which it reads as data (NOTE [Legacy constructors of a torch.Size])")
+    return args
+
+
 def _node_of(x: Any) -> Any:
     if isinstance(x, (TensorValue, SymFloatValue, SymNodeValue)):
         return x.node

@@ -40,3 +40,11 @@ def test_distributions_built_on_new_sample_like_eager():
     def f(rate):
         return D.Exponential(rate, validate_args=False).rsample((2,))
     _same(f, sizes=(4, 6))
+
+
+def test_legacy_constructors_of_a_size_make_that_shape():
+    def f(r):
+        a = torch.Tensor(r.shape).fill_(1.0) + r
+        b = torch.FloatTensor(torch.Size([r.shape[0], 2])).fill_(2.0)
+        return a, b, torch.Tensor((1.5, 2.5)), torch.DoubleTensor(r.shape).fill_(3.0)
+    _same(f)
