@@ -145,8 +145,7 @@ def _checkpoint_handler(tx, args, kwargs):
         note(tx, args[0])  # NOTE [Non-reentrant checkpoint over cells written later]
     graph, effects = tx.output.graph, tx.output.side_effects
     before, python_effects = set(graph.nodes), effects.version - effects.tensor_writes
-    from .nonreentrant_cells import inline_noting_reads
-    result = inline_noting_reads(tx, lambda: tx.inline(UserFunctionValue(checkpoint), args, kwargs))
+    result = tx.inline(UserFunctionValue(checkpoint), args, kwargs)
     if effects.version - effects.tensor_writes != python_effects:  # NOTE [Checkpointed Python effects]
         raise Unsupported(BreakKind.SIDE_EFFECT, "a checkpointed function with effects on Python state (the "
                                                  "backward runs it again)")

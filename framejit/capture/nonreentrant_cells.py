@@ -16,14 +16,9 @@ from __future__ import annotations
 # decides it the same way: a cell whose contents changed by the end of the trace, that a function made by its
 # frame's code writes (`nonlocal`), or that may be written after a break makes the frame trace again with the
 # call a break, where torch's checkpoint runs with the real function and cells and recomputes through the
-# function itself (NOTE [Non-reentrant recomputation runs eagerly]). State the frame itself writes around the call
-# and the region reads (NOTE [State the frame writes around a reentrant call] in reentrant_reads.py: `CFG[0] = s;
-# checkpoint(blk, x); CFG[0] = 2 * s`, `m.k = s; checkpoint(m, x); m.k = 2 * s`) has no recall to check it in the
-# backward here: a read of a store made before the call is a break at once, a made value the region read and that
-# is written after the call or left where the caller can change it makes the frame trace again with the call a
-# break. Not covered (the region recomputes with the trace's values): state the frame does not write that changes
-# between the forward and the backward (a global set by the caller: hhuntG7 HIGH-3's nonre_between, as stock
-# torch.compile).
+# function itself (NOTE [Non-reentrant recomputation runs eagerly]). Not covered (the region recomputes with the
+# trace's values): other Python state `fn` reads that changes between the forward and the backward (a global, an
+# attribute: hhuntG7 HIGH-3's other cases, as stock torch.compile).
 
 
 def _break(why: str):
@@ -49,25 +44,6 @@ def note(tx, function) -> None:
     tx.output.__dict__.setdefault("nonreentrant_cells", []).append((cells, key))
 
 
-def inline_noting_reads(tx, inline):
-    """`inline()` (the traced non-reentrant checkpoint) with the region's reads noted (NOTE [Non-reentrant
-    checkpoint over cells written later]): a break where it read a store the frame made before the call."""
-    from .reentrant_reads import traced, tracing
-    effects = tx.output.side_effects
-    outer = tracing(effects)
-    try:
-        result = inline()
-    finally:
-        reads = traced(effects, outer)
-    if reads.stale is not None or reads.checks:
-        raise _break("its function reads state the frame stored before the call, which eager's recomputation in "
-                     "backward reads then (NOTE [Non-reentrant checkpoint over cells written later])")
-    if reads.made:
-        key = (tx.code, tx.current.index if tx.current is not None else -1)
-        tx.output.__dict__.setdefault("nonreentrant_reads", []).append((reads, key))
-    return result
-
-
 def check(frame: tuple | None) -> None:
     """RetraceWithBreak where a noted call's cell may be written before its recomputation; `frame`: (output, shape,
     fn, whether the graph is the one before a break)."""
@@ -79,8 +55,3 @@ def check(frame: tuple | None) -> None:
         if _written_after(cells, fn.__code__, at_break):
             retrace(output, key, "a closure variable of a non-reentrant checkpoint's function is written after the "
                                  "call (NOTE [Non-reentrant checkpoint over cells written later])")
-    for reads, key in output.__dict__.get("nonreentrant_reads", ()):
-        if reads.written_after(output.side_effects, at_break) or \
-                not at_break and reads.escapes(output.__dict__.get("hook_id_roots") or []):
-            retrace(output, key, "a value made in the frame that a non-reentrant checkpoint's function reads is "
-                                 "written after the call or left where the caller can change it")
