@@ -209,8 +209,7 @@ def shared_cells(cells: dict, values: list, insts: list[Inst], index: int, loop:
                 if own is not None and (_code_writes(v.fn.__code__, name) or _written_after(insts, own, index)):
                     shared.add(own)  # also when not set yet (NOTE [Closures over cells not set yet])
                 todo.append(getattr(cell, "contents", None))
-            todo.extend(v.defaults or ())
-            todo.extend(v.attr_values())
+            todo.extend([*(v.defaults or ()), *(v.kwdefaults or {}).values(), *v.attr_values()])
         elif isinstance(v, SequenceValue):
             todo.extend(v.items)
         elif isinstance(v, DictValue):

@@ -132,10 +132,11 @@ def _made(value, got: Got):
             return None
         cells.append(item)
     defaults = [recipe(d, got) for d in value.defaults or ()]
-    if None in defaults or len(cells) != len(value.fn.__code__.co_freevars):
+    kwdefaults = {k: recipe(d, got) for k, d in (value.kwdefaults or {}).items()}  # `lambda t, *, fn=lambda: s:`
+    if None in defaults or None in kwdefaults.values() or len(cells) != len(value.fn.__code__.co_freevars):
         return None
     return ("made", value.fn.__code__, value.fn.__globals__, value.fn.__name__, tuple(cells),
-            tuple(defaults) if value.defaults else None)
+            tuple(defaults) if value.defaults else None, tuple(kwdefaults.items()))
 
 
 class _Sourced:
@@ -163,11 +164,14 @@ def _build(item, values: tuple, held: tuple, tensors: tuple):
         return functools.partial(_build(item[1], values, held, tensors),
                                  *[_build(i, values, held, tensors) for i in item[2]],
                                  **{k: _build(i, values, held, tensors) for k, i in item[3]})
-    _, code, globals_, name, cells, defaults = item
+    _, code, globals_, name, cells, defaults, kwdefaults = item
     closure = tuple(_build(c[1], values, held, tensors) if c[0] == "real" else
                     types.CellType(_build(c[1], values, held, tensors)) for c in cells) or None
-    return types.FunctionType(code, globals_, name, None if defaults is None else
+    made = types.FunctionType(code, globals_, name, None if defaults is None else
                               tuple(_build(d, values, held, tensors) for d in defaults), closure)
+    if kwdefaults:
+        made.__kwdefaults__ = {k: _build(d, values, held, tensors) for k, d in kwdefaults}
+    return made
 
 
 class Recall:
