@@ -18,8 +18,12 @@ _BY_TYPE = (type(None), bool, int, float, complex, str, bytes, type(Ellipsis), t
 _LIBRARY_CONST_KEY = bytecode.concrete.const_key
 
 
+# NOTE [Frozensets kept apart]: marshal writes a frozenset's elements sorted, so two equal frozensets that iterate
+# in other orders (`a = frozenset([n, n + 8]); b = frozenset([n + 8, n])`, colliding in an 8-slot table) had equal
+# bytes and shared one slot: the frame returned `a` twice (`list(b)` in a's order, `a is b` True; revBK HIGH-1). A
+# frozenset, or a tuple holding one, is keyed by its identity.
 def _marshalled_by_type(obj: Any) -> bool:
-    if type(obj) in (tuple, frozenset):
+    if type(obj) is tuple:
         return all(_marshalled_by_type(item) for item in obj)
     return type(obj) in _BY_TYPE
 

@@ -103,3 +103,18 @@ def test_returned_frozenset_of_strings_iterates_as_eager():
     compiled = framejit.compile(_frozen_strings, backend="eager")
     for seed in range(4):
         assert list(compiled(torch.ones(1), seed)[0]) == list(_frozen_strings(torch.ones(1), seed)[0]), seed
+
+
+def test_two_equal_frozensets_that_iterate_differently_stay_two_objects():
+    """NOTE [Frozensets kept apart] (capture/const_keys.py): n and n + 8 collide in an 8-slot table, so the two
+    frozensets are equal, iterate in other orders and marshal to the same bytes (revBK HIGH-1: the emitted code
+    returned the first one twice, `a is b` True)."""
+    def f(x, n):
+        a = frozenset([n, n + 8])
+        b = frozenset([n + 8, n])
+        return a, b, x + 1
+    compiled = framejit.compile(f, backend="eager")
+    for n in range(3):
+        (ea, eb, ex), (ca, cb, cx) = f(torch.ones(1), n), compiled(torch.ones(1), n)
+        assert (list(ca), list(cb), ca is cb) == (list(ea), list(eb), ea is eb)
+        assert torch.equal(cx, ex)
