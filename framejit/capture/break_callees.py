@@ -53,12 +53,19 @@ def object_call(tx: Any, callee: Value) -> Any:
         return None
     cls = type(callee.obj)
     call = lookup.mro_lookup(cls, "__call__")[1]
-    if not isinstance(call, types.FunctionType) or direct_callee(call):
+    if not isinstance(call, types.FunctionType) or direct_callee(call) or _framejits_own(call):
         return None
     value = tx.getattr(ClassValue(cls), "__call__")  # the trace's own read of the class: guards the lookup
     if not isinstance(value, UserFunctionValue) or value.fn is not call or not hookable(value):
         return None
     return call
+
+
+def _framejits_own(fn: types.FunctionType) -> bool:
+    """framejit's own callable objects (a compiled function's FrameHook, a compiled module's forward) are called
+    directly: hooked, framejit traced its own guards and miss path (revBI MED-1: eager frames in FrameHook.miss)."""
+    from .caller_frames import _FRAMEJIT_DIR
+    return fn.__code__.co_filename.startswith(_FRAMEJIT_DIR)
 
 
 def direct_callee(fn: Any) -> bool:

@@ -5,6 +5,7 @@ without an eager-frame record: a compiled callable instance, a callable object c
 step object around an optimizer. Every result is compared with the same program run eagerly."""
 from __future__ import annotations
 
+import pytest
 import torch
 
 import framejit
@@ -113,3 +114,23 @@ def test_a_training_step_object_captures_its_forward():
     for p, q in zip(step.model.parameters(), eager.model.parameters()):
         torch.testing.assert_close(p, q)
     assert _captured(cnt, "<built-in function linear>")  # the forward: the parent compiled no graph at all
+
+
+def test_a_compiled_function_called_by_a_compiled_frame_never_traces_framejits_own_code():
+    """NOTE [Callable objects at breaks]: a framejit.compile'd function is an object whose class has a Python
+    __call__ (FrameHook); called where the outer frame breaks (a change of dtype, an argument its guards refuse),
+    it is called directly, never hooked (revBI MED-1: framejit traced its own guard and miss code, 3 eager frames)."""
+    def g(x, k):
+        return x.sin() * k
+    inner = framejit.compile(g, backend="eager")
+
+    def f(x, k):
+        return inner(x * 2, k) + 1
+    compiled = framejit.compile(f, backend="eager")
+    before = framejit.stats()["eager_frames"]
+    for x, k in [(torch.ones(2), 2), (torch.ones(3), 3), (torch.ones(2, dtype=torch.float64), 2.5)]:
+        torch.testing.assert_close(compiled(x, k), f(x, k))
+    for fn in (f, compiled):  # a list k: the multiplication raises inside inner, where the outer frame breaks
+        with pytest.raises(TypeError, match="only integer tensors"):
+            fn(torch.ones(4), [1])
+    assert framejit.stats()["eager_frames"] == before, framejit.stats()["eager_frame_reasons"][before:]
