@@ -191,17 +191,13 @@ def _check_layout_write(kind: str, target: Any, args: tuple) -> None:
                           f"in place (NOTE [In-place layout ops on subclass tensors])")
 
 
-def result_class(kind: str, target: Any, args: tuple, kwargs: dict, out: Any = None) -> type | None:
+def result_class(kind: str, target: Any, args: tuple, kwargs: dict) -> type | None:
     """The subclass eager's default __torch_function__ gives the results of `target(*args, **kwargs)`, or None
-    when no argument is such a subclass or subclass dispatch is off (NOTE [Subclass results with dispatch off]);
-    a break when eager would raise TypeError (unrelated subclasses) or when the op changes a subclass tensor's
-    layout in place."""
+    when no argument is such a subclass; a break when eager would raise TypeError (unrelated subclasses) or
+    when the op changes a subclass tensor's layout in place."""
     _check_layout_write(kind, target, args)
     classes = _overloaded_classes(kind, args, kwargs)
     if not classes or target in _NO_DISPATCH:
-        return None
-    from .torch_function_checks import dispatch_on
-    if out is not None and not dispatch_on(out):
         return None
     winner = classes[0]
     for cls in classes[1:]:

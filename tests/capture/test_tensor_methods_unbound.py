@@ -152,24 +152,3 @@ def test_protocol_checks_of_subclass_tensors_match_eager():
             else:
                 answers.append(fn(x, [torch.ones(1), x]))
         assert answers[1] == answers[0], (i, maker, dispatch_off, answers)
-
-
-def subclass_results(x):
-    return type(x.sum()).__name__, type(x + 1).__name__, type(torch.relu(x)).__name__
-
-
-def test_subclass_results_under_outside_dispatch_off_match_eager():
-    """NOTE [Subclass results with dispatch off]: a frame called under an outside DisableTorchFunctionSubclass gives
-    plain Tensors from ops on a plain subclass, as eager; called again with dispatch on, the subclass."""
-    framejit.reset()
-    compiled = framejit.compile(subclass_results, backend="eager")
-    for i, dispatch_off in enumerate([False, True, False, True]):
-        answers = []
-        for fn in (subclass_results, compiled):
-            x = MAKERS["subclass"](SHAPES[i % 2])
-            if dispatch_off:
-                with torch._C.DisableTorchFunctionSubclass():
-                    answers.append(fn(x))
-            else:
-                answers.append(fn(x))
-        assert answers[1] == answers[0], (i, dispatch_off, answers)
