@@ -244,6 +244,28 @@ def guard_entry_identity(out, source: Source | None, attr: Any) -> None:
                       expected=f"the descriptor of field {index}", actual=f"{e}.__reduce__()[1][0]")
     else:
         out.guard_id(source, attr)
+        _guard_wrapped_functions(out, source, attr)
+
+
+# NOTE [Functions a method object wraps]: staticmethod, classmethod and property objects are mutable through
+# their own `__init__`: `sm.__init__(g)` makes the staticmethod already in the class dict call g (and
+# `prop.__init__(getter)` the property read through another getter), while the entry's identity guard still
+# passes. A trace that called the wrapped function relied on it, so its identity (None where unset) is
+# guarded beside the entry's: `entry.__func__` for staticmethod/classmethod, `entry.fget`/`fset`/`fdel` for a
+# property (hhuntG9: eager called the new function, framejit the old one on every later call).
+def _guard_wrapped_functions(out, source: Source, attr: Any) -> None:
+    if isinstance(attr, (staticmethod, classmethod)):
+        parts = ("__func__",)
+    elif isinstance(attr, property):
+        parts = ("fget", "fset", "fdel")
+    else:
+        return
+    for part in parts:
+        inner = getattr(attr, part, None)
+        if inner is None:
+            out.guard_constant(AttrSource(source, part), None)
+        else:
+            out.guard_id(AttrSource(source, part), inner)
 
 
 def guard_not_in_instance(out, obj_source: Source | None, real: Any, name: str) -> None:
