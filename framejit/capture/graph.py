@@ -469,7 +469,7 @@ class OutputGraph:
             if not has_sym(result) or not has_sym(sym_or_int(result)):
                 return self._wrap_constant_result(target, sym_or_int(result))
         value = self._record_node(kind, target, args, kwargs, result, mutated)
-        return settle_result(value, subclass, mutated, result, args, kwargs, self.grad_enabled) if same is None else same
+        return settle_result(value, subclass, mutated, result, (kind, target, args, kwargs), self.grad_enabled) if same is None else same
 
     def _record_node(self, kind: str, target: Any, args: tuple, kwargs: dict, result: Any, mutated: bool) -> Value:
         """The graph node of a call whose fake run gave `result` (`mutated`: it bumped a version), as a Value."""

@@ -228,22 +228,45 @@ def apply_result_class(value: Any, cls: type, grad_enabled: bool) -> None:
         apply_result_class(item, cls, grad_enabled)
 
 
-def settle_result(value: Any, cls: type | None, mutated: bool, result: Any, args: tuple, kwargs: dict,
-                  grad_enabled: bool) -> Any:
-    """The value of an op's result when eager's default __torch_function__ chose `cls`: an in-place op returns
-    its written argument itself (the same object in eager, with its attributes) when that is already a `cls`;
-    otherwise the result's tensors get the class."""
+# NOTE [Ops that return their input itself]: `x.contiguous()` of a contiguous x, `x.to(x.dtype)`, `x.float()` of a
+# float32 x, `x.type_as(x)`, `x.real` of a real x, `torch.atleast_1d(x)` return the argument's own TensorImpl in
+# eager, and Python wraps it as the same object: `y is x`, y of x's class (an nn.Parameter, a subclass), with x's
+# attributes, and a write through y is a write of x. The fake op mirrors that (it returns the argument's fake
+# object, decided by the metadata the tensor guards fix: dtype, device, layout, strides), so the result is the
+# argument's own value, whatever its class, where eager's dispatch does not re-wrap it: no subclass dispatch
+# (`cls` None: a plain tensor, a Parameter, subclass dispatch off, the standard own __torch_function__ that runs
+# `func` under DisableTorchFunctionSubclass) or an argument already of the winning class. Before, the result was
+# a new value of the node's class: a Parameter's `p.contiguous()` and `lin.weight.to(x.dtype)` came back as
+# another object, a plain Tensor (revBL PRE-1/PRE-5). An op whose fake result is a new tensor keeps its own value.
+def settle_result(value: Any, cls: type | None, mutated: bool, result: Any, call: tuple, grad_enabled: bool) -> Any:
+    """The value of an op's result when eager's default __torch_function__ chose `cls` (None: no subclass
+    dispatch): an argument the op returned itself (the same object in eager, with its attributes: NOTE [Ops that
+    return their input itself]) unless eager re-wraps it; otherwise the result's tensors get the class. `call`:
+    the op's (kind, target, args, kwargs)."""
     from .values.tensor import TensorValue
-    if cls is None:
-        return value
-    if mutated and isinstance(value, TensorValue):
-        for arg in [*args, *kwargs.values()]:
-            if isinstance(arg, TensorValue) and arg.fake is result:
-                if issubclass(arg.cls, cls):
-                    return arg
-                break
-    apply_result_class(value, cls, grad_enabled)
+    _, target, args, kwargs = call
+    name = target if isinstance(target, str) else getattr(target, "__name__", None)
+    # an in-place method keeps its node as the value, also where no version moved (`requires_grad_`, `detach_`)
+    in_place = isinstance(name, str) and name.endswith("_") and not name.endswith("__")
+    if isinstance(value, TensorValue) and (mutated or not in_place if cls is not None else not (mutated or in_place)):
+        same = _argument_returned(value, cls, result, args, kwargs)
+        if same is not None:
+            return same
+    elif not (mutated or in_place) and cls is None and _sequence_items(value):
+        value.items = [_argument_returned(v, None, v.fake, args, kwargs) or v if isinstance(v, TensorValue) else v
+                       for v in value.items]
+    if cls is not None:
+        apply_result_class(value, cls, grad_enabled)
     return value
+
+
+def _argument_returned(value: Any, cls: type | None, result: Any, args: tuple, kwargs: dict) -> Any:
+    """The tensor argument whose fake object the op returned, when eager returns it unwrapped, else None."""
+    from .values.tensor import TensorValue
+    for arg in [*args, *kwargs.values(), *(i for v in [*args, *kwargs.values()] for i in _sequence_items(v))]:
+        if isinstance(arg, TensorValue) and arg.fake is result and result is not None:
+            return arg if cls is None or issubclass(arg.cls, cls) else None
+    return None
 
 
 class SubclassBoundary:
