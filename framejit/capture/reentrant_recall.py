@@ -57,15 +57,17 @@ class Got:
         self.nodes: list = []
         self.cells: list = []
         self.reads = None  # reentrant_reads.RegionReads: NOTE [State the frame writes around a reentrant call]
+        self.lists = None  # lists made in the frame got as they hold at the call (a non-reentrant call's recipes
+        # only: NOTE [Non-reentrant recomputation after a state change]); None: such a list has no recipe
 
 
 def recipe(value, got: Got):
     """How to get `value` again at run time: ("value", i) of `got.sources`, ("const", v), ("node", j) (the j-th of
     `got.nodes`: a tensor or symbolic number of the trace, which the graph call holds), ("made", ...) a function
-    made in the frame, ("bound", f, self), ("partial", f, args, keywords), ("tuple", items); None: it cannot be
-    got again."""
+    made in the frame, ("bound", f, self), ("partial", f, args, keywords), ("tuple", items), ("list", items) (a list
+    made in the frame, where `got.lists` is set); None: it cannot be got again."""
     from .sources import LocalSource
-    from .values import TensorValue, TupleValue
+    from .values import ListValue, TensorValue, TupleValue
     from .values.base import LazyArg
     from .values.callables import BoundMethodValue, PartialValue, UserFunctionValue
     from .values.scalars import SymFloatValue, SymNodeValue
@@ -88,6 +90,10 @@ def recipe(value, got: Got):
     if isinstance(value, TupleValue) and value.python_type() is tuple:
         items = tuple(recipe(v, got) for v in value.items)
         return None if None in items else ("tuple", items)
+    if got.lists is not None and type(value) is ListValue and value.python_type() is list:
+        items = tuple(recipe(v, got) for v in value.items)
+        got.lists.append(value)
+        return None if None in items else ("list", items)
     if isinstance(value, BoundMethodValue):
         func, owner = recipe(value.func, got), recipe(value.self_value, got)
         return None if func is None or owner is None else ("bound", func, owner)
@@ -158,6 +164,8 @@ def _build(item, values: tuple, held: tuple, tensors: tuple):
         return held[item[1]]
     if kind == "tuple":
         return tuple(_build(i, values, held, tensors) for i in item[1])
+    if kind == "list":
+        return [_build(i, values, held, tensors) for i in item[1]]
     if kind == "bound":
         return types.MethodType(_build(item[1], values, held, tensors), _build(item[2], values, held, tensors))
     if kind == "partial":
