@@ -41,9 +41,11 @@ from .stdlib import GETTERS, getter_args
 from .caught_exceptions import exception_rebuild, temporaries_cleared
 
 from . import const_keys  # noqa: E402 - NOTE [Constants kept apart by type]: installed on import
+_CONST_KEYS = const_keys
 from .mappings_runtime import grad_mode_manager, make_defaultdict, make_reordered, view_of, view_of_object
 from .context import rebuildable_manager
 from .values.mappings import IdentityKey, key_value, viewed_object
+from .set_tables import set_rebuild
 from .partials import check_rebuildable, make_partial, partial_parts
 from .lazy_combinators import combinator_at, rebuild_spec, spec_children
 from .sources import LocalSource, ObjectSource, safe_local, with_prologue
@@ -157,6 +159,7 @@ class Reconstructor:
         self._kept: list = []  # the preloaded values, alive so that their ids are not reused
         self.after_replay: list = []  # NOTE [Dict iterators built after replay]
         self._deferred: set[int] = set()  # their ids, until built: the first emission builds and keeps one
+        self.output = None  # the trace's output, where known: guards the rebuilt sets' tables follow
 
     def preload(self, values: list, sourced: bool = True) -> None:
         """Load every value that is rebuilt from a source (when `sourced`) and every mutable object made
@@ -325,15 +328,15 @@ class Reconstructor:
             cg.load_const(concrete(value.value))
 
     def _set(self, value: SetValue) -> None:
-        if value.frozen is not None and value.cls is frozenset and const_keys.strings_interned(value.frozen):
-            self.cg.load_const(value.frozen)  # NOTE [Set order]: immutable, with the program's layout
-        elif value.frozen is not None:  # NOTE [Plain set subclasses]
-            self._call_const(value.cls, [ConstantValue(_set_template(value))])  # a new instance each call
-        elif value.is_constant():
-            self._call_const(value.cls, [ConstantValue(_set_template(value))])  # a new set each call
-        else:  # NOTE [Sets of tensors]
+        if value.frozen is None and not value.is_constant():  # NOTE [Sets of tensors]
             from .identity_keys import identity_set_elements
             self._call_const(value.cls, [TupleValue(identity_set_elements(value))])
+            return
+        fn, args = set_rebuild(value, self.output)  # NOTE [Set tables rebuilt exactly]: a new set each call
+        if fn is None:
+            self.cg.load_const(args[0])  # a frozenset no call reproduces, kept by the code constructor
+            return
+        self._call_const(fn, [ConstantValue(a) for a in args])
 
     def _other(self, value: Value) -> None:
         """Methods, functions, iterators, objects, partials and the other values `emit` rebuilds."""
@@ -659,30 +662,6 @@ def _children(value: Value) -> list:
     if hasattr(type(value), "rebuild_call"):
         return list(value.rebuild_call()[1])
     return []
-
-
-# NOTE [Set templates as code constants]: a table-copy template reaches the generated code as a constant,
-# and CPython's code constructor interns the strings inside frozenset constants: where a string element is
-# not the interned object, it rebuilds the frozenset from its elements, in a new table whose order may
-# differ (the set then iterated differently from eager's, e.g. set("KqJd") under some hash seeds). So the
-# template is a plain set (a copy of the table, which the constructor leaves alone: only str, tuple and
-# frozenset constants are walked; the code only copies it, `cls(template)`), and where neither it nor the
-# elements in order give the set's order, sets of up to 7 elements try the other insertion orders (none: a break).
-def _set_template(value: SetValue) -> Any:
-    """What `set(...)` rebuilds `value` from, iterating in its order (NOTE [Set order], NOTE above)."""
-    real = value.frozen if value.frozen is not None else value.items
-    order = list(real)
-    if list(set(order)) == order:
-        return tuple(order)
-    if list(set(template := set(real))) == order:
-        return template
-    if len(order) <= 7:  # at most 5040 tries, a few ms at trace time
-        for candidate in itertools.permutations(order):
-            if list(set(candidate)) == order:
-                return candidate
-    if getattr(value, "cls", set) not in (set, frozenset):  # a subclass: the elements in order, as before d382c20
-        return tuple(order)  # (there its break leaked as an internal error: test_suite_gaps3's MoreTags)
-    raise Unsupported(BreakKind.UNSUPPORTED_VALUE, f"{value.describe()}: no rebuild reproduces its layout")
 
 
 @dataclasses.dataclass

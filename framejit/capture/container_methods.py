@@ -356,6 +356,9 @@ def _isdisjoint_by_iteration(tx, s: SetValue, other: Value) -> Value:
     return result
 
 
+_SET_DELETIONS = ("discard", "remove", "pop", "difference_update", "intersection_update", "symmetric_difference_update")
+
+
 def _mutate_set(tx, s: SetValue, name: str, consts: list) -> Value:
     """`s.name(*consts)` in place, logged for the replay when `s` came from outside (NOTE [Mutation log])."""
     from .values.mappings import key_value
@@ -384,6 +387,7 @@ def _mutate_set(tx, s: SetValue, name: str, consts: list) -> Value:
             from .hash_order import note_order
             note_order(tx.output, s.items)  # NOTE [Hash-seeded facts]
         result = getattr(set, name)(s.items, *consts)  # NOTE [Set order]: the same call on the same layout
+        s.deleted = name != "clear" and (name in _SET_DELETIONS or getattr(s, "deleted", False))
     tx.output.side_effects.record_op(s, name, replay)
     return key_value(result) if name == "pop" else ConstantValue(None)
 

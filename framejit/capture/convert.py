@@ -24,6 +24,7 @@ from ..guards import COST_ID, GuardFunction, compile_guards
 from .backend_call import BackendCompilerFailed, backend_name, call_backend
 from .tensor_subclasses import plain_tensor, subclass_boundary
 from .torch_function_inline import fresh_trace
+from .set_tables import check_set_rebuilds
 from .tensor_attrs import drop_dead_stores
 from .breaks import BreakKind, GraphBreak, Unsupported, UserException
 from .codegen import GRAPH_OUT, Codegen, FunctionShape, Reconstructor, frame_signature, make_function
@@ -425,6 +426,8 @@ def _compile_entry(fn, shape: FunctionShape, output, ret: Value, request: Compil
     output_index: dict[int, int] = {}
     rebuild = Reconstructor(cg, output_index, GRAPH_OUT, fn.__globals__)  # NOTE [Draws from the random module]
     gm = compiled = binding = None
+    rebuild.output = output
+    check_set_rebuilds([ret, *output.side_effects.values(), *kept], output)  # before the backend compiles
     if outputs or output.op_count:
         output.output(outputs)
         gm = torch.fx.GraphModule(graph_root(output), output.graph)

@@ -84,7 +84,8 @@ def deep(tx, value: Value, memo: dict[int, Value]) -> Value:
         memo[id(value)] = result
         result.items = {k: deep(tx, v, memo) for k, v in value.items.items()}
     elif isinstance(value, SetValue):
-        result = SetValue(set(value.items), cls=value.cls, exact=value.exact)  # NOTE [Set order]
+        # NOTE [Set order]: deepcopy reduces a set to cls(list(s)), which adds the elements in order
+        result = SetValue(set(list(value.items)), cls=value.cls, exact=value.exact)
     elif isinstance(value, TensorValue):
         result = _tensor_copy(tx, value, memo)
     elif isinstance(value, (ObjectValue, NewObjectValue)) and not isinstance(value, NNModuleValue) \

@@ -186,6 +186,7 @@ class BreakCodegen:
 
     def emit(self, compiled: Callable | None, output_index: dict[int, int], inputs) -> Codegen:
         cg, rebuild = self.cg, Reconstructor(self.cg, output_index, GRAPH_OUT, self.fn.__globals__)
+        rebuild.output = self.tx.output  # NOTE [Set tables rebuilt exactly]: hash-seed guards
         self.settles = compiled if is_speculated(compiled) else None  # NOTE [Joints kept across a plain break]
         from .raising_floats import floats_then_draws  # NOTE [Rebuilt floats that raise]: floats, graph, draws
         floats_then_draws(rebuild, self.values(), self.tx.output, graph=(compiled, inputs))

@@ -315,7 +315,8 @@ def known_layout(s: SetValue) -> bool:
 def identity_set_elements(s: SetValue) -> list[Value]:
     """The elements a set made in the frame holding tensors or objects hashed by identity is rebuilt from
     (NOTE [Sets of tensors]): one of two or more elements cannot be rebuilt in eager's layout."""
-    if len(s.items) > 1:
+    from .set_tables import fresh_small
+    if len(s.items) > 1 or not fresh_small(s):
         raise Unsupported(BreakKind.UNSUPPORTED_VALUE, f"{s.describe()} made in the frame outlives it (its layout "
                                                        "follows addresses: NOTE [Sets of tensors])")
     return [key_value(k) for k in s.items]

@@ -163,6 +163,7 @@ def _container_binary(tx, fn: Callable, a: Value, b: Value) -> Value | None:
             replayed = replay_operand(a, right, not a.items)
             tx.output.side_effects.mutate_container(a)
             a.items = fn(a.items, set(right) if right is a.items else right)
+            a.deleted = getattr(a, "deleted", False) or fn is not operator.ior  # NOTE [Set tables rebuilt exactly]
             a.exact = a.exact and known_layout(b)
             tx.output.side_effects.record_op(a, _SET_UPDATES[fn], (replayed,))
             return a

@@ -118,3 +118,76 @@ def test_two_equal_frozensets_that_iterate_differently_stay_two_objects():
         (ea, eb, ex), (ca, cb, cx) = f(torch.ones(1), n), compiled(torch.ones(1), n)
         assert (list(ca), list(cb), ca is cb) == (list(ea), list(eb), ea is eb)
         assert torch.equal(cx, ex)
+
+
+# NOTE [Set tables rebuilt exactly] (capture/set_tables.py): a set keeps its table after discards, so whatever the
+# caller adds later lays out by that table (revBF PRE-1: a set shrunk to one element was rebuilt fresh and small).
+def _shrunk_ints(x, k):
+    s = set(range(100, 100 + k))
+    for p in range(101, 100 + k):
+        s.discard(p)
+    return s, x + 1
+
+
+def _shrunk_tensors(x, k):
+    s = set(PS[:k])
+    for p in PS[1:k]:
+        s.discard(p)
+    return s, x + 1
+
+
+class Tags(set):
+    pass
+
+
+def _subclass_with_history(x, seed):
+    s = Tags(WORDS[:12])
+    for k in range(10):
+        s.discard(WORDS[(seed * 7 + k * 5) % 12])
+        s.add(WORDS[12 + (seed * 11 + k * 13) % 40])
+    return s, x + 1
+
+
+def _caller_order(fn, k):
+    s = fn(torch.ones(1), k)[0]
+    s.update(range(7, 19))
+    s.update(PS[k:k + 6])
+    s.discard(8)
+    s.add("tail")
+    return type(s).__name__, [t if isinstance(t, (str, int)) else int(t) for t in s]
+
+
+def test_sets_with_a_history_keep_their_table_for_the_caller():
+    """A set that shrank (ints, tensors) or a set subclass of more than 7 strings with discards, returned: the
+    caller's later adds iterate as eager's. Before, the shrunk set came back as a fresh small set (ints:
+    [100, 7, 9, ...] where eager gives [7, 9, ..., 100]) and the subclass was rebuilt from its elements in order."""
+    for fn, ks in ((_shrunk_ints, (20, 20, 8)), (_shrunk_tensors, (8, 8, 20)), (_subclass_with_history, range(4))):
+        framejit.reset()
+        compiled = framejit.compile(fn, backend="eager", dynamic=False)
+        before = framejit.stats()["eager_frames"]
+        for k in ks:
+            assert _caller_order(compiled, k) == _caller_order(fn, k), (fn.__name__, k)
+        if fn is not _shrunk_tensors:  # rebuilt exactly, not a break (tensors: addresses, a break)
+            assert framejit.stats()["eager_frames"] == before, fn.__name__
+
+
+NAMES = ["".join(n) for n in ("ArithmeticError", "AssertionError", "AttributeError", "BaseException",
+                              "BaseExceptionGroup", "BlockingIOError", "BrokenPipeError", "BufferError")]
+
+
+def _nested_frozenset(x, k):
+    inner = frozenset(NAMES[k:k + 5])
+    return frozenset([inner, "r"]), frozenset([k, k + 8]), x + 1
+
+
+def test_frozenset_inside_a_made_frozenset_iterates_as_eager_and_each_call_makes_new_ones():
+    """revBK HIGH-2: the inner frozenset (strings with interned twins) went into the code inside the outer's
+    template tuple, and the code constructor rebuilt it in another table; revBK LOW-1: a made frozenset was
+    one constant, the same object on every call."""
+    compiled = framejit.compile(_nested_frozenset, backend="eager")
+    for k in (0, 1, 2, 3, 0):
+        expected, got = _nested_frozenset(torch.ones(1), k), compiled(torch.ones(1), k)
+        inner = [[list(v) for v in r[0] if v != "r"][0] for r in (expected, got)]
+        assert inner[1] == inner[0] and list(got[1]) == list(expected[1]), k
+        assert compiled(torch.ones(1), k)[1] is not got[1]
+

@@ -217,9 +217,9 @@ def set_update(tx, inst):
     if isinstance(iterable, ConstantValue) and type(iterable.value) in (set, frozenset):
         target.items.update(iterable.value)
         return
-    if isinstance(iterable, SetValue):
-        target.exact = target.exact and iterable.exact
-        target.items.update(iterable.items)
+    if isinstance(iterable, SetValue):  # a frozenset's own table (its `items` is a copy: NOTE [Set order])
+        target.exact = target.exact and (iterable.exact or iterable.frozen is not None)
+        target.items.update(iterable.frozen if iterable.frozen is not None else iterable.items)
         return
     target.exact = target.exact and not isinstance(iterable, DictValue)
     target.items.update(set_element(tx, v, target) for v in iterate(tx, iterable))
