@@ -310,8 +310,7 @@ def _set_method(tx, s: Value, name: str, args: list[Value], kwargs) -> Value:
     if mutates:
         announce_before_drawing(tx, s, args)  # NOTE [Containers grown while drawing]
     # isdisjoint/issubset/issuperset answer a bool: the operands' elements suffice, not their layout
-    ordered = not mutates and name not in _SET_ANSWERS
-    consts = [set_operand(tx, a, strict=ordered) if name not in _SET_ELEMENT_METHODS else set_element(tx, a, s)
+    consts = [set_operand(tx, a, strict=False) if name not in _SET_ELEMENT_METHODS else set_element(tx, a, s)
               if name == "add" else set_lookup_element(tx, a, s) for a in args]  # NOTE [Set order]: as CPython gets them
     if name == "remove" and isinstance(args[0], SetValue) and issubclass(args[0].cls, set) and \
             not set_has(s, consts[0]):
@@ -332,9 +331,9 @@ def _set_method(tx, s: Value, name: str, args: list[Value], kwargs) -> Value:
     except Exception as e:
         raise UserException(e) from None
     if isinstance(result, (set, frozenset)):
-        if not known_layout(s) and len(result) > 1:  # NOTE [Set order]: the result's order would be a guess
-            raise Unsupported(BreakKind.UNSUPPORTED_VALUE, f"set.{name} on {s.describe()}, whose hash-table layout "
-                                                           "the trace cannot reproduce")
+        if not known_layout(s) or not all(known_layout(a) for a in args if isinstance(a, SetValue)):
+            from .set_tables import unknown_layout  # NOTE [Set results of unknown layout]
+            return unknown_layout(result)
         return frozen_set_value(result) if type(result) is frozenset else SetValue(result, cls=set, exact=True)
     return ConstantValue(result)
 

@@ -167,7 +167,10 @@ def _container_binary(tx, fn: Callable, a: Value, b: Value) -> Value | None:
             a.exact = a.exact and known_layout(b)
             tx.output.side_effects.record_op(a, _SET_UPDATES[fn], (replayed,))
             return a
-        result = INPLACE_TO_PLAIN.get(fn, fn)(set_operand(tx, a), set_operand(tx, b))
+        result = INPLACE_TO_PLAIN.get(fn, fn)(set_operand(tx, a, strict=False), set_operand(tx, b, strict=False))
+        if not (known_layout(a) and known_layout(b)):
+            from .set_tables import unknown_layout
+            return unknown_layout(result)
         if type(result) is frozenset:
             from .container_methods import frozen_set_value
             return frozen_set_value(result)

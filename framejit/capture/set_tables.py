@@ -283,3 +283,16 @@ def check_set_rebuilds(values: list, output) -> None:
                 set_rebuild(value, output)
         todo += _children(value)
 
+
+# NOTE [Set results of unknown layout]: `a & b`, `a - b`, `a.union(b)` ... where an operand's layout is unknown (a
+# set of tensors, parameters or objects made in the frame, hashed by address: NOTE [Sets of tensors]) hold the
+# right elements (membership and equality do not follow the layout; which of two equal elements is kept
+# follows the operands' sizes only), not a known order: the result is a set of unknown layout, so that
+# len(), `in`, ==, bool() and set predicates stay in the trace (`len(decay & no_decay)` of nanoGPT's
+# configure_optimizers, `len(set(ps) - set(qs))`: revBF MED-1, the frame ran as Python), while iterating,
+# popping or rebuilding it is a break (set_items, _recipe, fresh_small through `deleted`).
+def unknown_layout(result: set | frozenset):
+    from .values import SetValue
+    value = SetValue(set(result), cls=type(result), exact=False)
+    value.deleted = True  # a difference may be a copy of the larger set with dummies: never rebuilt fresh
+    return value
