@@ -321,6 +321,8 @@ def _reversed(tx, args, kwargs):
         if args[0].fake.dim() == 0:  # torch's Tensor.__reversed__: the tensor itself, else flip(0): a tensor
             return args[0]
         return tx.output.call("call_method", "flip", (args[0], ConstantValue(0)), {})
+    from .sequence_protocol import check_reversible
+    check_reversible(args[0])  # revBF PRE-2
     watch = lazy_combinators.watch(tx, args[:1])  # NOTE [Lazy combinators]
     result = watch.finish(IteratorValue(list(reversed(iterate(tx, args[0])))), "reversed", per_row=False,
                           from_end=True)

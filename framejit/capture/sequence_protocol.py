@@ -60,4 +60,18 @@ def isdisjoint_by_iteration(s, other, contains):
     return True
 
 
-__all__ = ["contains_by_iteration", "isdisjoint_by_iteration", "sequence_iterator"]
+
+def check_reversible(value) -> None:
+    """reversed() of an iterator (a generator, list_iterator, map, ...) raises as CPython's does: its type has no
+    __reversed__ and is no sequence (revBF PRE-2: the trace drew it and reversed the items)."""
+    from .breaks import UserException
+    from .carried_loops import CarriedIteratorValue
+    from .values import IteratorValue
+    cls = value.python_type() if isinstance(value, (IteratorValue, CarriedIteratorValue)) else None
+    if isinstance(cls, type) and getattr(cls, "__reversed__", None) is None and \
+            not (hasattr(cls, "__getitem__") and hasattr(cls, "__len__")):
+        name = cls.__name__ if cls.__module__ == "builtins" else f"{cls.__module__}.{cls.__qualname__}"  # tp_name
+        raise UserException(TypeError(f"'{name}' object is not reversible"))
+
+
+__all__ = ["check_reversible", "contains_by_iteration", "isdisjoint_by_iteration", "sequence_iterator"]

@@ -67,7 +67,24 @@ def len_error(t):
     return t - 1
 
 
-@pytest.mark.parametrize("fn", [type_reads, abc_reads, dispatch_on_type, genexpr_type, type_methods, len_error])
+def _rev(it):
+    return reversed(it)
+
+
+def reversed_error(t):
+    """revBF PRE-2: reversed() of an iterator raises TypeError (before: drew it and reversed the items)."""
+    g, it, m = gen(t), iter([t, 2 * t]), map(lambda v: v + 1, [t])
+    errors = []
+    for x in (g, it, m):
+        try:
+            _rev(x)
+        except TypeError as e:
+            errors.append(str(e))
+    return t + 1, errors, list(g), list(it), list(m)
+
+
+@pytest.mark.parametrize("fn", [type_reads, abc_reads, dispatch_on_type, genexpr_type, type_methods, len_error,
+                                reversed_error])
 def test_type_of_a_generator_made_in_the_trace_is_generator(fn):
     backend = run_differential(fn, lambda seed: (torch.randn(2 + seed),), seeds=(0, 1, 1), backend=CountingBackend())
     assert backend.graph_count == 2  # fullgraph: no break; one trace per size
