@@ -408,6 +408,35 @@ def _new_exception_leaving(tx, raised: Unsupported | UserException) -> UserExcep
 # logged (convert.py). Where only the handled exception, or one no handler of the frame catches, leaves the
 # frame, eager raises it out of the frame too, and breaking before the raise stays NOTE [Exceptions raised
 # by the traced code].
+#
+# NOTE [Blocks an escape passed untraced]: an exception a callee's followed handlers re-raise (a `finally`'s RERAISE,
+# a bare `raise`), or one a further callee let out as traced, is traced out of the callee (escape_traced) only where
+# no handler of the callee covers the instruction it leaves from: one that does was not followed (or the exception
+# would not leave from there), so CPython runs code there that the trace did not. The common one is a with-block whose
+# exit is torch's (no_grad, set_grad_enabled(False), autocast, inference_mode: not followed, NOTE [Exceptions in
+# with-blocks]): `with torch.no_grad(): try: raise KeyError finally: pass` in a callee, caught by the frame, left grad
+# mode off for the rest of the frame, and the graph's switch left it off in the whole process after the call (autocast
+# on the same; revBI HIGH-1: z.requires_grad False, torch.is_grad_enabled() False after the call where eager has
+# True), also with the with-block in a caller of the callee and, on 3.12+, with the raise in a comprehension inside
+# the block. Such an exception now leaves the callee as its `callee_break` (leaving_callee): the frame breaks at its
+# call into the callee and Python runs the block's exit. Whatever the block's exit restores, that holds for every mode
+# and manager the trace does not follow.
+def leaving_callee(tx, e: UserException, left: Inst | None) -> UserException | Unsupported:
+    """`e` leaves the inlined callee `tx` from `left`: as itself where the trace followed the callee's handlers to
+    its escape, else as its `callee_break` where a handler of the callee may handle it (NOTE [Handlers of callees
+    given up], [Blocks an escape passed untraced])."""
+    from .nested_frames import attach_stack
+    if left is not None and caught_in_frame(tx.program.insts, left):
+        e.escape_traced = False  # NOTE [Blocks an escape passed untraced]
+    if not tx._handles(e):
+        return e
+    if getattr(e, "callee_break", None) is None:
+        e.callee_break = Unsupported(BreakKind.EXCEPTION_RAISED, f"{type(e.exc).__name__} raised where "
+                                     f"{tx.code.co_qualname} has a try or with block around it")
+        attach_stack(e.callee_break, tx)
+    return e if getattr(e, "escape_traced", False) else e.callee_break
+
+
 def caught_in_frame(insts: list[Inst], inst: Inst) -> bool:
     """What `inst` raises may reach a try's or with-block's handler of its code: through the cleanup
     handlers CPython runs while an exception leaves a handler (each ends in RERAISE)."""

@@ -22,14 +22,15 @@ from typing import Any
 
 from .. import config
 from ..guards import COST_ID
-from . import closure_cells, hash_order, lookup
+from . import closure_cells, hash_order, lookup, signal_exceptions
 from .attributes import getattr_value
 from .breaks import DISABLED, BreakKind, Unsupported, UserException, UserFrame
 from .break_locations import user_frame
 from .calls import call_value
 from .context import break_in_outside_autocast
 from .tensor_attrs import store_on_tensor
-from .caught_exceptions import Handling, attribute_error_context, follow_handler, give_up_handlers, reraised_here
+from .caught_exceptions import Handling, attribute_error_context, caught_in_frame, follow_handler, give_up_handlers, \
+    leaving_callee, reraised_here
 from .graph import OutputGraph
 from .handlers import HANDLERS, UNSUPPORTED_OPCODES
 from .library_substitutes import library_substitute
@@ -47,7 +48,7 @@ from .import_calls import import_break
 from .frame_locals import frame_reader_break
 from .nested_frames import attach_stack as _attach_stack, stop_for, stopped  # NOTE [Nested graph breaks]
 from .torch_function_inline import STEPPING
-from .normalize import Inst, has_handlers, is_user_handler, normalize
+from .normalize import Inst, has_handlers, normalize
 from .sources import ClosureSource, GlobalSource, ItemSource, AttrSource, LocalSource, ObjectSource, Ref
 from .values import (ConstantValue, DictValue, IteratorValue, NewObjectValue, NNModuleValue, ObjectValue,
                      PartialValue, TupleValue, UserFunctionValue, Value)
@@ -109,6 +110,8 @@ class Translator:
         try:
             while self.return_value is None and not self.suspended:
                 self.output.steps += 1
+                if signal_exceptions.PENDING:  # NOTE [Signal handlers deferred to safe points]
+                    signal_exceptions.poll()
                 if self.output.steps > limit:
                     raise _step_limit_reached(limit)
                 if self.pc == self.stop_at:
@@ -123,14 +126,10 @@ class Translator:
                     if not follow_handler(self, inst, e):  # NOTE [Exceptions caught while tracing]
                         raise
         except (Unsupported, UserException) as raised:
+            left = self.current  # where it leaves the frame (give_up_handlers rewinds to where it was raised first)
             e = give_up_handlers(self, raised) if self.handling or reraised_here(self, raised) else raised
-            if self.parent is not None and isinstance(e, UserException) and self._handles(e) and \
-                    getattr(e, "callee_break", None) is None:  # NOTE [Exceptions caught in callees]
-                e.callee_break = Unsupported(BreakKind.EXCEPTION_RAISED, f"{type(e.exc).__name__} raised where "
-                                             f"{self.code.co_qualname} has a try or with block around it")
-                _attach_stack(e.callee_break, self)
-                if not getattr(e, "escape_traced", False):  # NOTE [Handlers of callees given up]
-                    e = e.callee_break
+            if self.parent is not None and isinstance(e, UserException):
+                e = leaving_callee(self, e, left)  # NOTE [Exceptions caught in callees]
             _attach_stack(e, self)
             if isinstance(e, Unsupported) and self.output.__dict__.get("made_modules"):
                 self._note_live_made_modules(e)  # NOTE [Modules made while tracing that outlive the trace]
@@ -178,16 +177,16 @@ class Translator:
         """NOTE [Exceptions caught in callees]: the trace follows a try's handler (NOTE [Exceptions caught
         while tracing]) but not a with-block's, and gives up on a handler it cannot trace. An exception
         raised in an inlined callee where that callee's own try/except, try/finally or with-block covers
-        the instruction (its handler starts with PUSH_EXC_INFO; 3.12's comprehension cleanups do not) may
-        be handled there. Where the trace followed that handler to a raise of the same exception type, it
-        still leaves the callee as a UserException, so the places that model a caught exception (hasattr,
-        getattr and next with a default, Mapping.get over `self[key]`, ...) see what they did before; it
+        the instruction (its handler starts with PUSH_EXC_INFO, or is reached through the cleanups CPython
+        runs on the way: 3.12's inlined comprehensions', an except block's; caught_in_frame) may be handled
+        there. Where the trace followed that handler to a raise of the same exception type, it still leaves
+        the callee as a UserException, so the places that model a caught exception (hasattr, getattr and
+        next with a default, Mapping.get over `self[key]`, ...) see what they did before; it
         carries `callee_break`, and if it reaches the root frame (which ran wholly eagerly before), convert
         takes that graph break instead: at the root frame's call into the callee, which then runs through
         its frame hook and is captured as its own frame. Otherwise it leaves as that break (NOTE [Handlers
         of callees given up])."""
-        handler = self.current.handler if self.current is not None else None
-        return handler is not None and is_user_handler(self.program.insts, handler)
+        return self.current is not None and caught_in_frame(self.program.insts, self.current)
 
     def step(self, inst: Inst) -> None:
         handler = HANDLERS.get(inst.name)
