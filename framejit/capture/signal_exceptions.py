@@ -12,6 +12,20 @@ ends, however it ended, the remembered exception is raised from the call, as if 
 before the frame's first instruction. No entry is made for that call (an eager-frame record made while
 it compiled is dropped: the frame does not run eagerly): the next call compiles the frame again. The handlers are put back after the compilation (unless one was replaced meanwhile); a handler that
 raises nothing behaves as before.
+
+NOTE [Signal handlers deferred to safe points]: the handler no longer runs where the signal arrives. It ran
+between two bytecodes of torch's own code as often as of framejit's (most of a compilation is fake-tensor
+propagation), and those are not written to be left half way: a TimeoutError raised inside FakeTensorMode's
+dispatch left torch's thread-local mode state set (the next compilation of the process asserted in
+`in_kernel_invocation_manager`, or aborted the interpreter: "trying to set the current FakeTensorMode, but one
+already exists"), and one raised between `logging._acquireLock()` and its `try` left the logging lock held by
+the main thread, so that every other thread's first log call deadlocked (a `tests/capture/test_threads.py`
+run hung behind test_signal_handlers' timer). While a frame compiles, the wrapper only records the signal;
+the handler runs at the next safe point: the top of the tracer's instruction loop (`poll()`, between two
+traced instructions, where framejit's own state is whole) or the end of the compilation, with the frame the
+signal interrupted. What it raises is raised from the call as before. Ctrl-C (`default_int_handler`) is
+deferred the same way, so a KeyboardInterrupt while a frame compiles leaves torch usable. A signal that
+arrives again before its handler ran is handled once, as the operating system merges a pending signal.
 """
 from __future__ import annotations
 
@@ -20,20 +34,39 @@ import signal
 import threading
 from typing import Callable, Iterator
 
+import _signal  # the handler as set (signal.getsignal converts to enums)
+
 from ..signal_handlers import python_handlers
 
 _depth = 0  # compilations in progress in the main thread (a compilation may compile another frame)
+PENDING: list = []  # (handler, signum, frame) recorded while compiling, in arrival order
+_raised: list = []  # what the deferred handlers of the compilation in progress raised
 
 
-def _wrapped(handler: Callable, raised: list) -> Callable:
-    def run_handler(signum, frame):
+def _deferred(handler: Callable) -> Callable:
+    def record_signal(signum, frame):
+        if not any(signum == p[1] for p in PENDING):  # NOTE [Signal handlers deferred to safe points]
+            PENDING.append((handler, signum, frame))
+    record_signal.__wrapped__ = handler
+    return record_signal
+
+
+def poll() -> None:
+    """A safe point of the compilation: run the handlers of the signals that arrived since the last one."""
+    while PENDING:
+        handler, signum, frame = PENDING.pop(0)
         try:
-            return handler(signum, frame)
+            handler(signum, frame)
         except BaseException as e:
-            raised.append(e)
+            _raised.append(e)
             raise
-    run_handler.__wrapped__ = handler
-    return run_handler
+
+
+def _handlers() -> dict:
+    handlers = python_handlers()
+    if _signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+        handlers[signal.SIGINT] = signal.default_int_handler
+    return handlers
 
 
 @contextlib.contextmanager
@@ -44,13 +77,12 @@ def raised_by_signal_handlers() -> Iterator[None]:
         yield
         return
     from . import eager_frames
-    raised: list = []
     installed = {}
     records = eager_frames.snapshot_records()
     _depth += 1
     try:
-        for signum, handler in python_handlers().items():
-            installed[signum] = (handler, _wrapped(handler, raised))
+        for signum, handler in _handlers().items():
+            installed[signum] = (handler, _deferred(handler))
             signal.signal(signum, installed[signum][1])
         yield
     finally:
@@ -58,6 +90,15 @@ def raised_by_signal_handlers() -> Iterator[None]:
         for signum, (handler, wrapper) in installed.items():
             if signal.getsignal(signum) is wrapper:
                 signal.signal(signum, handler)
+        while PENDING:  # every handler runs, as in eager; a later one's exception is the one raised
+            try:
+                poll()
+            except BaseException as e:
+                if len(_raised) > 1 and e.__context__ is None:
+                    e.__context__ = _raised[-2]
+        raised = list(_raised)
+        PENDING.clear()
+        _raised.clear()
         if raised:
             eager_frames.drop_records_since(records)
-            raise raised[0]
+            raise raised[-1]

@@ -22,7 +22,7 @@ from typing import Any
 
 from .. import config
 from ..guards import COST_ID
-from . import closure_cells, hash_order, lookup
+from . import closure_cells, hash_order, lookup, signal_exceptions
 from .attributes import getattr_value
 from .breaks import DISABLED, BreakKind, Unsupported, UserException, UserFrame
 from .break_locations import user_frame
@@ -110,6 +110,8 @@ class Translator:
         try:
             while self.return_value is None and not self.suspended:
                 self.output.steps += 1
+                if signal_exceptions.PENDING:  # NOTE [Signal handlers deferred to safe points]
+                    signal_exceptions.poll()
                 if self.output.steps > limit:
                     raise _step_limit_reached(limit)
                 if self.pc == self.stop_at:

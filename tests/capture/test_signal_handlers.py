@@ -155,3 +155,77 @@ def test_timeout_while_an_entry_condition_is_computed_reaches_the_caller(monkeyp
     finally:
         signal.signal(signal.SIGUSR1, before)
     assert compiled.entries == entries  # nothing dropped, nothing recompiled
+
+
+# NOTE [Signal handlers deferred to safe points]: the signal arrives while the frame's ops are propagated
+# through fake tensors (a custom op's fake kernel raises it, deterministically); the handler must run
+# outside torch's fake mode and outside the compilation, as it would between two instructions of eager code.
+@torch.library.custom_op("framejit_test_signals::twice", mutates_args=())
+def _twice(x: torch.Tensor) -> torch.Tensor:
+    return x * 2
+
+
+_FIRE: list = []
+
+
+@_twice.register_fake
+def _(x):
+    if _FIRE:
+        _FIRE.clear()
+        signal.raise_signal(signal.SIGUSR1)
+    return torch.empty_like(x)
+
+
+def _with_custom_op(x):
+    return _twice(x.sin()) + 1
+
+
+def _fake_mode():
+    return torch._C._get_dispatch_mode(torch._C._TorchDispatchModeKey.FAKE)
+
+
+def test_a_handler_of_a_signal_arriving_while_a_frame_compiles_computes_with_real_tensors():
+    # a preemption handler that saves state (SIGUSR1/SIGTERM under a cluster scheduler) does tensor work. Before:
+    # it ran inside the trace's fake propagation, under FakeTensorMode: .item() of its tensor raised there
+    saved = []
+
+    def save_state(signum, frame):
+        saved.append((_fake_mode() is None, torch.arange(4.0).sum().item()))
+    backend = CountingBackend()
+    compiled = framejit.compile(_with_custom_op, backend=backend)
+    before = signal.signal(signal.SIGUSR1, save_state)
+    try:
+        _FIRE.append(1)
+        for k in (1, 2):  # the first call compiles with the signal arriving; the second hits
+            x = torch.full((3,), 0.5 * k)
+            torch.testing.assert_close(compiled(x), _with_custom_op(x))
+    finally:
+        signal.signal(signal.SIGUSR1, before)
+        _FIRE.clear()
+    assert saved == [(True, 6.0)]
+    assert backend.graph_count == 1
+
+
+def test_a_timeout_raised_inside_fake_propagation_reaches_the_caller_and_leaves_torch_usable():
+    seen = []
+
+    def timeout(signum, frame):
+        seen.append(_fake_mode() is None)
+        raise TimeoutError("the call took too long")
+    backend = CountingBackend()
+    compiled = framejit.compile(_with_custom_op, backend=backend)
+    before = signal.signal(signal.SIGUSR1, timeout)
+    try:
+        _FIRE.append(1)
+        with pytest.raises(TimeoutError, match="too long"):
+            compiled(torch.ones(3))
+    finally:
+        signal.signal(signal.SIGUSR1, before)
+        _FIRE.clear()
+    assert seen == [True] and _fake_mode() is None  # before: the handler ran under the trace's FakeTensorMode
+    for k in (1, 2):
+        x = torch.full((2,), float(k))
+        torch.testing.assert_close(compiled(x), _with_custom_op(x))
+    other = framejit.compile(lambda x: x.cos() * 3, backend=backend)
+    torch.testing.assert_close(other(torch.ones(2)), torch.ones(2).cos() * 3)
+    assert backend.graph_count == 2  # the interrupted compilation left no entry: compiled again, then `other`

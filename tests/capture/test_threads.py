@@ -10,6 +10,7 @@ appends from all threads, compared as a multiset.
 from __future__ import annotations
 
 import threading
+import time
 
 import pytest
 import torch
@@ -55,8 +56,9 @@ def run_threads(fn, compiled) -> dict:
     threads = [threading.Thread(target=work, args=(k,), daemon=True) for k in range(THREADS)]
     for t in threads:
         t.start()
+    deadline = time.monotonic() + 240  # one bound for all: a deadlock fails in minutes, not 8 x 240 s
     for t in threads:
-        t.join(timeout=240)
+        t.join(timeout=max(0.0, deadline - time.monotonic()))
     assert not any(t.is_alive() for t in threads), "threads did not finish in time"
     return results
 
