@@ -337,15 +337,37 @@ def give_up_handlers(tx, raised: Unsupported | UserException) -> Unsupported | U
                               caught_in_frame(tx.program.insts, tx.current)):
         first.exception.handler_given_up = _given_up_break(tx, first, raised)  # NOTE [Handlers given up in ...]
     effects = tx.output.side_effects
-    if tx.parent is not None and (effects.version != first.version or len(effects.touched) != first.touched):
+    if tx.parent is not None and (effects.version != first.version or len(effects.touched) != first.touched) and \
+            not _reraised_whole(raised, first):
         return Unsupported(BreakKind.EXCEPTION_RAISED,
-                           f"the except clause of {tx.code.co_qualname} that caught {type(first.exception.exc).__name__} "
-                           f"could not be traced ({raised})")
+                           f"a handler (except or finally clause) of {tx.code.co_qualname} that caught "
+                           f"{type(first.exception.exc).__name__} changed state and could not be traced to its end "
+                           f"({str(raised).splitlines()[0]})")
     tx.current = tx.program.insts[first.index]
     # NOTE [Handlers of callees given up]: traced to a raise of it here; an inner frame's flag (a new exception that
     # left a further callee, NOTE [New exceptions leaving callees' handlers]) does not say this handler was traced
     first.exception.escape_traced = isinstance(raised, UserException) and type(raised.exc) is type(first.exception.exc)
     return first.exception
+
+
+# NOTE [Handlers that re-raise what they caught]: a callee's handler that changed state (a `finally:` appending to a
+# log, writing a tensor in place, counting in a global) and then re-raised the very exception it caught (the
+# `finally`'s RERAISE, a bare `raise`, an `except` that does not match) was given up like one that could not be
+# traced: a break at the call into the callee, and from a generator with finalizers a frame run wholly eagerly,
+# with the reason "the except clause ... could not be traced" (hhuntG7 MED-1). Followed to that re-raise, the
+# handler ran in the trace exactly as in eager: nothing is left to undo, so the exception leaves the callee as
+# traced (escape_traced) and a caller's handler takes it. A handler that breaks, raises something else, or whose
+# exception is not the same object is given up as before, now with a reason that says so. Where a block of the callee
+# the trace did not follow lies between (a `with torch.no_grad():` around the try: NOTE [Blocks an escape passed
+# untraced]) the exception leaves as the callee's break, as before (this change first landed without that rule and
+# left grad mode off after the call: revBI HIGH-1).
+def _reraised_whole(raised: Unsupported | UserException, first: Handling) -> bool:
+    """`raised` is the exception `first` caught, re-raised by the handlers the trace followed to their end (a
+    `finally`'s RERAISE, a bare `raise`): what they did is what eager does (NOTE [Handlers that re-raise what they
+    caught])."""
+    caught = getattr(raised, "reraised", None)
+    return isinstance(raised, UserException) and caught is not None and caught.origin is first and \
+        raised.exc is first.exception.exc
 
 
 # NOTE [Contexts of exceptions raised where nothing is handled]: the context of an exception raised where no handler

@@ -157,3 +157,86 @@ def stopiteration_leaves_frame(t):
 
 def test_uncaught_pep479_error_matches_eager():
     _compare(stopiteration_leaves_frame)
+
+
+# hhuntG7 MED-1: a handler that changed state and then re-raised the very exception it caught (a `finally`, a bare
+# `raise`) left its frame as a break; from a generator with finalizers the whole frame ran eagerly, with the
+# reason "the except clause of gen ... could not be traced" (NOTE [Handlers that re-raise what they caught]).
+STATE = {"n": 0}
+
+
+def finally_logs_then_reraises(t):
+    def gen(t, stop):
+        try:
+            for i in range(4):
+                if i == stop:
+                    raise KeyError(i)
+                yield t * i
+        finally:
+            LOG.append("fin")
+    acc = t * 0
+    try:
+        for v in gen(t, 2):
+            acc = acc + v
+    except KeyError as e:
+        LOG.append(e.args)
+        acc = acc - 1
+    return acc
+
+
+def finally_writes_a_tensor_then_reraises(t):
+    def gen(t, out):
+        try:
+            for i in range(3):
+                if i == 1:
+                    raise IndexError(i)
+                yield t * i
+        finally:
+            out.mul_(2)
+    out = t.clone()
+    acc = t * 0
+    try:
+        for v in gen(t, out):
+            acc = acc + v
+    except IndexError:
+        acc = acc - out
+    return acc, out
+
+
+def callee_finally_counts_then_reraises(t):
+    def callee():
+        try:
+            return {}["a"]
+        finally:
+            STATE["n"] += 1
+    STATE["n"] = 0
+    try:
+        y = callee()
+    except KeyError:
+        y = t * STATE["n"]
+    return y
+
+
+def callee_logs_then_bare_raise(t):
+    def callee():
+        try:
+            raise KeyError("k")
+        except KeyError:
+            LOG.append("in")
+            raise
+    try:
+        y = callee()
+    except KeyError as e:
+        y = t + len(LOG)
+        LOG.append(e.args)
+    return y
+
+
+@pytest.mark.parametrize("fn", [finally_logs_then_reraises, finally_writes_a_tensor_then_reraises,
+                                callee_finally_counts_then_reraises, callee_logs_then_bare_raise],
+                         ids=lambda f: f.__name__)
+def test_handler_that_changed_state_and_reraised_is_traced(fn):
+    assert _compare(fn) == (2, 0)
+    LOG.clear()
+    explained = framejit.explain(fn)(torch.randn(3))
+    assert (explained.graph_count, explained.break_reasons) == (1, [])
