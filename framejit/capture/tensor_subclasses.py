@@ -244,10 +244,11 @@ def settle_result(value: Any, cls: type | None, mutated: bool, result: Any, call
     return their input itself]) unless eager re-wraps it; otherwise the result's tensors get the class. `call`:
     the op's (kind, target, args, kwargs)."""
     from .values.tensor import TensorValue
-    _, target, args, kwargs = call
+    kind, target, args, kwargs = call
     name = target if isinstance(target, str) else getattr(target, "__name__", None)
-    # an in-place method keeps its node as the value, also where no version moved (`requires_grad_`, `detach_`)
-    in_place = isinstance(name, str) and name.endswith("_") and not name.endswith("__")
+    # an in-place method keeps its node as the value, also where no version moved (`requires_grad_`, `detach_`);
+    # so does a call of framejit's own (a region boundary whose fake passes its outputs through)
+    in_place = isinstance(name, str) and name.endswith("_") and not name.endswith("__") or not _torch_op(kind, target)
     if isinstance(value, TensorValue) and (mutated or not in_place if cls is not None else not (mutated or in_place)):
         same = _argument_returned(value, cls, result, args, kwargs)
         if same is not None:
@@ -258,6 +259,11 @@ def settle_result(value: Any, cls: type | None, mutated: bool, result: Any, call
     if cls is not None:
         apply_result_class(value, cls, grad_enabled)
     return value
+
+
+def _torch_op(kind: str, target: Any) -> bool:
+    return kind == "call_method" or target is getattr or getattr(target, "__objclass__", None) is torch._C.TensorBase or \
+        (getattr(target, "__module__", None) or "").startswith("torch")
 
 
 def _argument_returned(value: Any, cls: type | None, result: Any, args: tuple, kwargs: dict) -> Any:
