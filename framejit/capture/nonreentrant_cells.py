@@ -68,7 +68,7 @@ def check(frame: tuple | None) -> None:
     from .reentrant_recall import _written_after, retrace
     output, _, fn, at_break = frame
     for cells, key in output.__dict__.get("nonreentrant_cells", ()):
-        if _written_after(cells, fn.__code__, at_break):
+        if _written_after(cells, fn.__code__, at_break, output.__dict__.get("break_cells")):
             retrace(output, key, "a closure variable of a non-reentrant checkpoint's function is written after the "
                                  "call (NOTE [Non-reentrant checkpoint over cells written later])")
 
@@ -103,9 +103,25 @@ def _lists_written(output, got, at_break: bool) -> bool:
     left where code after the break, or the caller, can write it (NOTE [Non-reentrant recomputation after a state
     change])."""
     from .reentrant_reads import _reachable
-    roots = None if at_break else output.__dict__.get("hook_id_roots")
-    if roots is None:  # what code after a break may write is not known
+    roots = output.__dict__.get("break_roots" if at_break else "hook_id_roots")
+    if roots is None:  # not known
         return True
     written = {id(v) for v in output.side_effects.touched[got.touched:]}
     reached = {id(v) for v in _reachable(roots)}
     return any(id(v) in written or id(v) in reached for v in got.lists)
+
+
+def note_break(tx) -> None:
+    """Translator `tx` stopped at the break the graph ends at (nested_frames.stopped): note on its output what code
+    after the break can reach, the values live there (`break_roots`: each active frame's stack, locals and cells, and
+    the recorded effects) and the cells of the frames active there (`break_cells`), for `_lists_written` and
+    reentrant_recall._written_after (NOTE [Cells written after the call])."""
+    active = []
+    while tx is not None:
+        active.append(tx)
+        tx = tx.parent
+    output = active[0].output
+    cells = [c for t in active for c in t.cells.values()]
+    output.break_cells = {id(c) for c in cells}
+    output.break_roots = [v for t in active for v in [*t.stack, *t.locals.values()]] + \
+        [getattr(c, "contents", None) for c in cells] + output.side_effects.values()

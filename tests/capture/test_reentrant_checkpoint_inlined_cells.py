@@ -137,3 +137,80 @@ def test_a_closure_of_a_returned_frame_that_nothing_writes_stays_in_the_graph(re
         compiled(x2).backward()
         torch.testing.assert_close(x2.grad, x.grad)
     assert backend.graph_count == 1
+
+
+class _ClosureBlock(torch.nn.Module):  # a closure made in the module's own forward (revBJ HIGH-1)
+    def __init__(self) -> None:
+        super().__init__()
+        self.a, self.b = torch.nn.Linear(3, 3), torch.nn.Linear(3, 3)
+
+    def forward(self, x):
+        def custom(t):
+            return self.a(t).relu() + self.b(t)
+        return ckpt.checkpoint(custom, x, use_reentrant=False)
+
+
+def _closure_in_forward(model):
+    def step(x):
+        for block in model:
+            x = block(x)
+        print("step")
+        return x.sum()
+    return step
+
+
+def _sequential(model):
+    def step(x):
+        y = ckpt.checkpoint_sequential(model, 2, x, use_reentrant=False)
+        print("step")
+        return y.sum()
+    return step
+
+
+def _custom_forward_loop(model):
+    def step(x):
+        for layer in model:
+            x = ckpt.checkpoint(_custom_forward(layer), x, use_reentrant=False)
+        print("step")
+        return x.sum()
+    return step
+
+
+def _root_cell_before_the_loop(model):
+    def step(x):
+        scale = x.shape[-1] ** -0.5
+        for _ in range(2):
+            x = ckpt.checkpoint(lambda t: model(t) * scale, x, use_reentrant=False)
+        print("step")
+        return x.sum()
+    return step
+
+
+@pytest.mark.parametrize("program, blocks, regions", [
+    (_closure_in_forward, lambda: [_ClosureBlock(), _ClosureBlock()], 2),
+    (_sequential, lambda: [torch.nn.Linear(3, 3), torch.nn.Tanh(), torch.nn.Linear(3, 3), torch.nn.Tanh()], 1),
+    (_custom_forward_loop, lambda: [torch.nn.Linear(3, 3), torch.nn.Linear(3, 3)], 2),
+    (_root_cell_before_the_loop, lambda: [torch.nn.Linear(3, 3), torch.nn.Tanh()], 2),
+], ids=["closure_in_forward", "checkpoint_sequential", "create_custom_forward", "root_cell_before_the_loop"])
+def test_non_reentrant_closures_nothing_writes_stay_in_the_graph_before_a_break(program, blocks, regions, capsys):
+    """revBJ HIGH-1: a closure over a cell of a returned frame (or a root cell stored before the loop) is not written
+    after a later break; the checkpoint call had become a break of its own, checkpoint_sequential ran wholly outside
+    any graph. Now one graph before the print holds every region, and values and gradients are eager's."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(*blocks())
+    twin = torch.nn.Sequential(*blocks())
+    twin.load_state_dict(model.state_dict())
+
+    backend = CountingBackend()
+    compiled = framejit.compile(program(twin), backend=backend)
+    for k in range(2):
+        x = torch.randn(2, 3).requires_grad_()
+        x2 = x.detach().clone().requires_grad_()
+        program(model)(x).backward()
+        compiled(x2).backward()
+        torch.testing.assert_close(x2.grad, x.grad)
+        for p, q in zip(twin.parameters(), model.parameters()):
+            torch.testing.assert_close(p.grad, q.grad)
+    assert capsys.readouterr().out == "step\n" * 4
+    made = [name for gm in backend.graphs for name, _ in gm.named_children() if name.startswith("fj_checkpoint")]
+    assert len(made) == regions and backend.graph_count == 2, (made, backend.graph_count)
