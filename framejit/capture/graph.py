@@ -417,7 +417,7 @@ class OutputGraph:
         """Record `target(*args, **kwargs)` (kind call_function) or `args[0].target(...)` (call_method)."""
         args, kwargs = self._checked_call_args(kind, target, args, kwargs)
         args, kwargs = static_kernel_ints(kind, target, args, kwargs)  # NOTE [Ints that shape a kernel stay static]
-        subclass = result_class(kind, target, args, kwargs)  # NOTE [Tensor subclasses traced as tensors]
+        subclass = result_class(kind, target, args, kwargs, self)  # NOTE [Tensor subclasses traced as tensors]
         check_data_arguments(kind, target, args, kwargs)  # NOTE [Dynamic NumPy scalars]
         same = dropout_identity(kind, target, args, kwargs)  # NOTE [Dropouts that return their input]
         if getattr(self, "getitem_to_index", 0):

@@ -191,13 +191,17 @@ def _check_layout_write(kind: str, target: Any, args: tuple) -> None:
                           f"in place (NOTE [In-place layout ops on subclass tensors])")
 
 
-def result_class(kind: str, target: Any, args: tuple, kwargs: dict) -> type | None:
+def result_class(kind: str, target: Any, args: tuple, kwargs: dict, out: Any = None) -> type | None:
     """The subclass eager's default __torch_function__ gives the results of `target(*args, **kwargs)`, or None
-    when no argument is such a subclass; a break when eager would raise TypeError (unrelated subclasses) or
-    when the op changes a subclass tensor's layout in place."""
+    when no argument is such a subclass, the target dispatches to none (`_NO_DISPATCH`) or subclass dispatch is
+    off (NOTE [Subclass results with dispatch off]); a break when eager would raise TypeError (unrelated
+    subclasses) or when the op changes a subclass tensor's layout in place."""
     _check_layout_write(kind, target, args)
     classes = _overloaded_classes(kind, args, kwargs)
     if not classes or target in _NO_DISPATCH:
+        return None
+    from .torch_function_checks import dispatch_on
+    if out is not None and not dispatch_on(out):
         return None
     winner = classes[0]
     for cls in classes[1:]:
@@ -210,8 +214,15 @@ def result_class(kind: str, target: Any, args: tuple, kwargs: dict) -> type | No
     return winner
 
 
-# calls whose tensor arguments are data, not overloaded arguments (torch.tensor([t0, t1]) is a plain Tensor)
-_NO_DISPATCH = {torch.tensor}
+# calls whose tensor arguments are data, not overloaded arguments (torch.tensor([t0, t1]) is a plain Tensor): C
+# functions that call no __torch_function__ (torch.as_tensor(x, dtype=...) or torch.Tensor(x) of a subclass tensor
+# is a plain Tensor in eager; where they return x itself, NOTE [Ops that return their input itself] answers), and
+# the legacy tensor classes (torch.FloatTensor(x)). torch.overrides.get_ignored_functions is not the list: it
+# names as_strided, rand_like, normal, fill, which dispatch.
+_NO_DISPATCH = {torch.tensor, torch.as_tensor, torch.asarray, torch.Tensor, torch.sparse_coo_tensor,
+                torch.sparse_compressed_tensor, torch.sparse_csr_tensor, torch.sparse_csc_tensor,
+                torch.sparse_bsr_tensor, torch.sparse_bsc_tensor,
+                *(t for t in vars(torch).values() if type(t).__name__ == "tensortype")}
 
 
 def apply_result_class(value: Any, cls: type, grad_enabled: bool) -> None:

@@ -6,6 +6,8 @@ inputs, with the dtype changing between calls (then the result is a new tensor).
 """
 from __future__ import annotations
 
+import contextlib
+
 import pytest
 import torch
 import torch.nn as nn
@@ -83,3 +85,24 @@ def test_parameter_to_its_own_dtype_is_the_parameter():
         assert torch.equal(actual[0], expected[0]) and actual[0].dtype == expected[0].dtype
         assert torch.equal(modules[1].weight, modules[0].weight), i
     assert backend.graph_count <= 4
+
+
+def results_under_dispatch_state(x):
+    y = x.contiguous()
+    return (type(x * 2).__name__, type(x.sum()).__name__, type(y).__name__, y is x, type(x.float()).__name__,
+            type(torch.as_tensor(x, dtype=torch.float64)).__name__, type(torch.Tensor(x)).__name__)
+
+
+def test_subclass_results_follow_the_dispatch_state():
+    """NOTE [Subclass results with dispatch off]: under an outside DisableTorchFunctionSubclass, ops on a plain
+    subclass give plain Tensors (they gave the subclass), while ops that return x itself still give x (revBL
+    HIGH-1, the reason ee92223 was reverted); calls with dispatch on again give the subclass. torch.as_tensor
+    with a dtype and torch.Tensor(x) call no __torch_function__: plain Tensors in either state."""
+    compiled = framejit.compile(results_under_dispatch_state, backend=CountingBackend())
+    for i, off in enumerate((False, True, True, False)):
+        answers = []
+        for fn in (results_under_dispatch_state, compiled):
+            x = torch.randn(2 + i, 3).as_subclass(Plain)
+            with torch._C.DisableTorchFunctionSubclass() if off else contextlib.nullcontext():
+                answers.append(fn(x))
+        assert answers[1] == answers[0], (i, off)
