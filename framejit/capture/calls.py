@@ -27,7 +27,8 @@ from .values import (BoundMethodValue, BuiltinValue, ClassValue, ConstantValue, 
 from .vmap_capture import check_functorch_call
 from .torch_function_inline import route_call
 from .unstarted_generators import inline_noting_generators
-from .unbound_tensor_methods import OBJECT_PROTOCOL_BREAKS, tensor_method_for, tensor_method_name, unbound_tensor_method
+from .unbound_tensor_methods import (OBJECT_PROTOCOL_BREAKS, check_detach_, tensor_method_for, tensor_method_name,
+                                     unbound_tensor_method)
 
 # Tensor methods that read data into Python or touch state outside the graph.
 TENSOR_METHODS_UNSUPPORTED = {
@@ -272,10 +273,8 @@ def call_tensor_method(tx, tensor: TensorValue, name: str, args: list[Value], kw
         return tensor  # already in that state: no effect (transformers' enable_input_require_grads hook)
     if name == "requires_grad_" and _fresh_leaf_without_grad(tensor, args, kwargs):
         return tx.output.call("call_method", name, (tensor, *args), kwargs)  # NOTE [requires_grad_ on fresh tensors]
-    if name == "detach_" and (tensor.source is not None or tensor.node.op == "placeholder"):
-        # NOTE [detach_ of a tensor from outside]: it changes the caller's tensor (requires_grad, grad_fn),
-        # which a backend's compiled graph does not do (onnxrt left it requiring grad): run in Python
-        raise Unsupported(BreakKind.SIDE_EFFECT, "Tensor.detach_() of a tensor from outside the graph")
+    if name == "detach_":  # NOTE [detach_ of a tensor from outside] (unbound_tensor_methods.py)
+        check_detach_(tensor)
     if name == "register_hook":
         from .tensor_hooks import register_hook  # NOTE [Tensor hooks registered after the graph]
         return register_hook(tx, tensor, args, kwargs)

@@ -114,3 +114,17 @@ def tensor_method_for(name: str, args: list, kwargs: dict) -> str:
             isinstance(size, ConstantValue) and type(size.value) is torch.Size:
         return "new_empty"
     return name
+
+
+# NOTE [detach_ of a tensor from outside]: `t.detach_()` changes the caller's tensor (requires_grad, grad_fn), which a
+# backend's compiled graph does not do (onnxrt left it requiring grad): a tensor from outside (a source, a graph
+# input) runs it in Python. So does a tensor of a subclass (not Parameter): each op result of a plain subclass is a
+# view in eager (torch's _convert re-wraps it by as_subclass), and detach_ of a view raises RuntimeError "Can't detach
+# views in-place" (`y = x * 2; y.detach_()` or `y.detach().detach_()` of a MyT x: eager raised, the trace returned a
+# tensor; hfixPre): the break lets Python answer.
+def check_detach_(tensor: TensorValue) -> None:
+    """A graph break where `tensor.detach_()` must run in Python (NOTE above)."""
+    if tensor.source is not None or tensor.node.op == "placeholder":
+        raise Unsupported(BreakKind.SIDE_EFFECT, "Tensor.detach_() of a tensor from outside the graph")
+    if tensor.python_type() not in (torch.Tensor, torch.nn.Parameter):
+        raise Unsupported(BreakKind.SIDE_EFFECT, "Tensor.detach_() of a tensor subclass (its op results are views)")
