@@ -784,6 +784,9 @@ def _set(tx, args, kwargs):
 def _frozenset(tx, args, kwargs):
     from .container_methods import frozen_set_value
     from .identity_keys import set_operand
+    if args and not kwargs and ((isinstance(args[0], SetValue) and args[0].cls is frozenset) or
+                                (isinstance(args[0], ConstantValue) and type(args[0].value) is frozenset)):
+        return args[0]  # CPython returns an exact frozenset itself (revBO HIGH-2)
     return frozen_set_value(frozenset(set_operand(tx, args[0])) if args else frozenset())
 
 

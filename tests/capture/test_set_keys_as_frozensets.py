@@ -78,3 +78,23 @@ def test_fullgraph_membership_of_a_set_key():
 def test_misses_and_type_errors_match_eager():
     for fn in (missing_remove, still_type_errors):
         _check(fn)
+
+
+FZ = frozenset({3, 1, 2})
+
+
+def _frozenset_of_frozensets(x, fz):
+    made = frozenset([1, 2, 3])
+    same = (frozenset(fz) is fz, frozenset(FZ) is FZ, frozenset(made) is made)
+    return x + sum(same), frozenset(fz), frozenset(made), made
+
+
+def test_frozenset_of_an_exact_frozenset_is_that_frozenset():
+    # CPython returns an exact frozenset itself from frozenset(fz) (revBO HIGH-2: a new object since c83109b)
+    compiled = framejit.compile(_frozenset_of_frozensets, backend="eager")
+    for k in (1, 2, 3):
+        fz = frozenset(range(k))
+        x = torch.full((2,), float(k))
+        got, want = compiled(x, fz), _frozenset_of_frozensets(x, fz)
+        torch.testing.assert_close(got[0], want[0])
+        assert got[1] is fz and got[2] is got[3] and list(got[3]) == list(want[3])
