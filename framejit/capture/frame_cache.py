@@ -441,7 +441,7 @@ class _GraphPickler(pickle.Pickler):
         from .higher_order import _Checkpointed as Checkpointed
         from .vmap_capture import VmapCall
         if type(obj) is Checkpointed:  # NOTE [Persisted checkpointed regions]
-            return _checkpointed, (dump_graph(obj.region), obj.grad_positions, obj.options, obj.n_held)
+            return _checkpointed, (dump_graph(obj.region), obj.grad_positions, obj.options)
         if type(obj) is VmapCall:  # NOTE [Persisted transform regions]
             return _vmap_call, (dump_graph(obj.body), obj.in_dims, obj.out_dims, obj.randomness, obj.chunk_size,
                                 obj.out)
@@ -477,9 +477,9 @@ def _transform_call(name, apply, body: bytes, args, n_args, extra, n_extra, out,
 # node by node (any get_attr or other submodule in it keeps the entry in memory only, as in any graph), and
 # the loaded graph calls a new Checkpointed made from it under the same name. Other submodules still keep
 # the entry in memory only.
-def _checkpointed(region: bytes, grad_positions: tuple, options: tuple = (), n_held: int = 0):
+def _checkpointed(region: bytes, grad_positions: tuple, options: tuple = ()):
     from .higher_order import _Checkpointed as Checkpointed
-    return Checkpointed(load_graph(region), grad_positions, options, None, n_held)
+    return Checkpointed(load_graph(region), grad_positions, options)
 
 
 def _located(locator: tuple):

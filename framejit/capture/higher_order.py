@@ -140,10 +140,9 @@ def _checkpoint_handler(tx, args, kwargs):
     if tx.output.__dict__.get("reentrant_depth") and not dict(options)["preserve_rng_state"]:
         raise Unsupported(BreakKind.UNSUPPORTED_CALL, "torch.utils.checkpoint.checkpoint with preserve_rng_state="
                                                       "False inside a reentrant checkpoint (NOTE [Checkpoint options])")
-    recall = None
     if args:
-        from .nonreentrant_cells import recipes  # NOTE [Non-reentrant recomputation after a state change]
-        recall = recipes(tx, args[0], args[1:], kwargs)
+        from .nonreentrant_cells import note
+        note(tx, args[0])  # NOTE [Non-reentrant checkpoint over cells written later]
     graph, effects = tx.output.graph, tx.output.side_effects
     before, python_effects = set(graph.nodes), effects.version - effects.tensor_writes
     result = tx.inline(UserFunctionValue(checkpoint), args, kwargs)
@@ -160,8 +159,6 @@ def _checkpoint_handler(tx, args, kwargs):
     for node in added:
         node.meta["fj_checkpoint"] = _REGIONS[0]  # an enclosing checkpoint retags its inner ones
         node.meta["fj_checkpoint_options"] = options
-    if recall is not None:
-        tx.output.__dict__.setdefault("nonreentrant_recalls", {})[_REGIONS[0]] = recall
     return result
 
 
@@ -243,49 +240,22 @@ def checkpoint_at_break(hooked, function, args: tuple, kwargs: dict):
     return torch_checkpoint(run, *args, **kwargs)
 
 
-# NOTE [Non-reentrant recomputation after a state change]: eager's non-reentrant checkpoint calls `fn` again in the
-# backward, and that run reads the Python state of that moment: `y = checkpoint(blk, x, use_reentrant=False);
-# blk.k = blk.k * 2` (the frame writing an attribute, a list item, a global after the call, a list appended) or the
-# caller changing a global before `loss.backward()` gave eager's recomputation the new value, where the region
-# recomputed the trace's (silently other gradients, review revBJ HIGH-2, hhuntG7 HIGH-3). The reentrant path's
-# recall is reused (NOTE [State changed between the forward and the backward] in reentrant_recall.py): the call
-# keeps recipes of `fn` (with its keyword arguments, as a partial) and of its arguments (a tensor of the trace is
-# held by the graph call as an extra input of the region's submodule; a list made in the frame as it holds at the
-# call, where nothing can write it later: `_lists_written` in nonreentrant_cells.py, checkpoint_sequential's list
-# of layers); where one cannot be got again the call is a break (torch's checkpoint runs there with the real
-# objects). `_Checkpointed` counts the runs of its function: the first is the forward's; in a recomputation, where
-# the frame's guards fail again (checked once per backward) or a graph input the region reads is another object,
-# `fn` itself runs under torch's recomputation, as eager's does, and its saved tensors replace the forward's
-# (a changed shape gives torch's CheckpointError, as in eager). Costs as on the reentrant path (a frame whose
-# guard raises once it advanced an iterator runs `fn` in each recomputation). Not covered: a frame entry loaded
-# from the frame cache has no recall (persisted without it: NOTE [Persisted checkpointed regions]), a lowering
-# backend's joint (onnxrt, triton) recomputes what it traced, and a store the frame made before the call that the
-# region read and that holds the guarded value again by the backward.
 class _Checkpointed(torch.nn.Module):
     """A region of a graph run under non-reentrant activation checkpointing."""
 
-    def __init__(self, region: torch.fx.GraphModule, grad_positions: tuple, options: tuple = (), recall=None,
-                 n_held: int = 0) -> None:
+    def __init__(self, region: torch.fx.GraphModule, grad_positions: tuple, options: tuple = ()) -> None:
         super().__init__()
         self.region = region
         self.grad_positions = grad_positions  # the inputs that require grad: checkpoint's own arguments
         self.options = options  # NOTE [Checkpoint options]
-        self.recall = recall  # NOTE [Non-reentrant recomputation after a state change]
-        self.n_held = n_held  # the last inputs: the values the recall's recipes hold (the region does not read them)
         if not dict(options).get("preserve_rng_state", True):  # NOTE [Calls that run as torch runs them]
             self.fj_eager_only = ("it holds a checkpointed region with preserve_rng_state=False, whose recomputation "
                                   "in backward draws new random numbers (NOTE [Checkpoint options])")
 
-    def forward(self, *inputs):
+    def forward(self, *args):
         from torch.utils.checkpoint import checkpoint as torch_checkpoint, set_checkpoint_early_stop
-        args, held = inputs[:len(inputs) - self.n_held], inputs[len(inputs) - self.n_held:]
-        recall, runs = self.recall, [0]
-        at_call = recall.at_call() if recall is not None and _real(inputs) else None
 
         def run(*grad_args):
-            runs[0] += 1  # the first run is the forward's; later ones, backwards' recomputations
-            if at_call is not None and runs[0] > 1 and not recall.holds(at_call, held):
-                return recall.eager(at_call[1], held, ())  # NOTE [Non-reentrant recomputation after a state change]
             full = list(args)
             for position, arg in zip(self.grad_positions, grad_args):
                 full[position] = arg
@@ -297,22 +267,14 @@ class _Checkpointed(torch.nn.Module):
             return torch_checkpoint(run, *[args[i] for i in self.grad_positions], use_reentrant=False, **options)
 
 
-def _real(inputs: tuple) -> bool:
-    """No input is a fake or functional tensor (a lowering backend's trace through the region, which keeps no
-    recomputation to check)."""
-    from torch._subclasses.fake_tensor import FakeTensor
-    from torch._subclasses.functional_tensor import FunctionalTensor
-    return not any(isinstance(t, (FakeTensor, FunctionalTensor)) for t in inputs)
-
-
 def _requires_grad(node) -> bool:
     val = node.meta.get("val")
     return isinstance(val, torch.Tensor) and val.requires_grad
 
 
-def checkpoint_regions(gm: torch.fx.GraphModule, frame: tuple | None = None) -> None:
-    """Move each tagged region whose outputs need grad into a checkpointed submodule (NOTE [Checkpointed regions]);
-    `frame`: as reentrant_regions takes it, for NOTE [Non-reentrant recomputation after a state change]."""
+def checkpoint_regions(gm: torch.fx.GraphModule) -> None:
+    """Move each tagged region whose outputs need grad into a checkpointed submodule
+    (NOTE [Checkpointed regions])."""
     import operator
     regions: dict[int, list] = {}
     for node in gm.graph.nodes:
@@ -320,7 +282,7 @@ def checkpoint_regions(gm: torch.fx.GraphModule, frame: tuple | None = None) -> 
             regions.setdefault(node.meta["fj_checkpoint"], []).append(node)
     if not regions:
         return
-    changed, replaced = False, {}
+    changed = False
     for number, nodes in regions.items():
         members = set(nodes)
         order = list(gm.graph.nodes)
@@ -346,17 +308,14 @@ def checkpoint_regions(gm: torch.fx.GraphModule, frame: tuple | None = None) -> 
         sub.output(tuple(env[n] for n in outputs))
         name = f"fj_checkpoint_{number}"
         grad_positions = tuple(i for i, arg in enumerate(inputs) if _requires_grad(arg))
-        from .nonreentrant_cells import region_recall  # NOTE [Non-reentrant recomputation after a state change]
-        recall, held = region_recall(gm, frame, number, inputs, nodes[0], replaced)
         gm.add_submodule(name, _Checkpointed(torch.fx.GraphModule(torch.nn.Module(), sub), grad_positions,
-                                             nodes[0].meta.get("fj_checkpoint_options", ()), recall, len(held)))
+                                             nodes[0].meta.get("fj_checkpoint_options", ())))
         with gm.graph.inserting_before(nodes[0]):
-            call = gm.graph.call_module(name, tuple(inputs) + tuple(held))
+            call = gm.graph.call_module(name, tuple(inputs))
             for index, node in enumerate(outputs):
                 item = gm.graph.call_function(operator.getitem, (call, index))
                 item.meta = {k: v for k, v in node.meta.items() if not k.startswith("fj_checkpoint")}
                 node.replace_all_uses_with(item, delete_user_cb=lambda user: user not in members)
-                replaced[node] = item
         for node in reversed(nodes):
             gm.graph.erase_node(node)
         changed = True

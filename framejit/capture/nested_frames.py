@@ -60,8 +60,6 @@ def stop_for(output: Any, parent: Any, code: Any) -> int | None:
 
 def stopped(tx: Any) -> None:
     """`tx` reached its stop_at: the root returns (a plain break); an inlined frame raises NestedStop."""
-    from .nonreentrant_cells import note_break
-    note_break(tx)  # NOTE [Cells written after the call]: what code after the break can reach
     if tx.parent is None:
         return None
     raise NestedStop(tx)

@@ -384,29 +384,25 @@ def _traced(tx, function, fn_args: list, tensor_args: list, markers: list, optio
 
 def reentrant_regions(gm: torch.fx.GraphModule, frame: tuple | None = None) -> None:
     """Replace each ReentrantBoundary node and its region by one ReentrantCall (NOTE [Reentrant checkpoint in the
-    graph]), then move the non-reentrant regions (checkpoint_regions); `frame`: (output, shape, fn, whether the graph
-    is the one before a break) of the frame, for NOTE [State changed between the forward and the backward], or
-    None."""
-    from .higher_order import checkpoint_regions
+    graph]); `frame`: (output, shape, fn, whether the graph is the one before a break) of the frame, for NOTE [State
+    changed between the forward and the
+    backward], or None."""
     from .nonreentrant_cells import check
     check(frame)  # NOTE [Non-reentrant checkpoint over cells written later] (before any region is replaced)
     graph = gm.graph
     boundaries = [n for n in graph.nodes if n.op == "call_function" and isinstance(n.target, ReentrantBoundary)]
+    if not boundaries:
+        return
     for boundary in boundaries:  # graph order: an inner region is replaced before the one around it
         _replace(gm, boundary, frame)
-    if boundaries:
-        graph.lint()
-        gm.recompile()
-    checkpoint_regions(gm, frame)  # NOTE [Non-reentrant recomputation after a state change] (convert's own call
-    # after this one finds no region left to move)
+    graph.lint()
+    gm.recompile()
 
 
 def frame_binding(gm: torch.fx.GraphModule):
     """A FrameBinding where a ReentrantCall of `gm` has a Recall, else None (NOTE [State changed between the
     forward and the backward], reentrant_recall.py)."""
-    from .higher_order import _Checkpointed  # NOTE [Non-reentrant recomputation after a state change]
-    if not any(isinstance(n.target, ReentrantCall) and n.target.recall is not None for n in gm.graph.nodes) and \
-            not any(type(m) is _Checkpointed and m.recall is not None for m in gm.modules()):
+    if not any(isinstance(n.target, ReentrantCall) and n.target.recall is not None for n in gm.graph.nodes):
         return None
     from .reentrant_recall import FrameBinding
     return FrameBinding()

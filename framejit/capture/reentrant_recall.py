@@ -57,17 +57,15 @@ class Got:
         self.nodes: list = []
         self.cells: list = []
         self.reads = None  # reentrant_reads.RegionReads: NOTE [State the frame writes around a reentrant call]
-        self.lists = None  # lists made in the frame got as they hold at the call (a non-reentrant call's recipes
-        # only: NOTE [Non-reentrant recomputation after a state change]); None: such a list has no recipe
 
 
 def recipe(value, got: Got):
     """How to get `value` again at run time: ("value", i) of `got.sources`, ("const", v), ("node", j) (the j-th of
     `got.nodes`: a tensor or symbolic number of the trace, which the graph call holds), ("made", ...) a function
-    made in the frame, ("bound", f, self), ("partial", f, args, keywords), ("tuple", items), ("list", items) (a list
-    made in the frame, where `got.lists` is set); None: it cannot be got again."""
+    made in the frame, ("bound", f, self), ("partial", f, args, keywords), ("tuple", items); None: it cannot be
+    got again."""
     from .sources import LocalSource
-    from .values import ListValue, TensorValue, TupleValue
+    from .values import TensorValue, TupleValue
     from .values.base import LazyArg
     from .values.callables import BoundMethodValue, PartialValue, UserFunctionValue
     from .values.scalars import SymFloatValue, SymNodeValue
@@ -90,10 +88,6 @@ def recipe(value, got: Got):
     if isinstance(value, TupleValue) and value.python_type() is tuple:
         items = tuple(recipe(v, got) for v in value.items)
         return None if None in items else ("tuple", items)
-    if got.lists is not None and type(value) is ListValue and value.python_type() is list:
-        items = tuple(recipe(v, got) for v in value.items)
-        got.lists.append(value)
-        return None if None in items else ("list", items)
     if isinstance(value, BoundMethodValue):
         func, owner = recipe(value.func, got), recipe(value.self_value, got)
         return None if func is None or owner is None else ("bound", func, owner)
@@ -164,8 +158,6 @@ def _build(item, values: tuple, held: tuple, tensors: tuple):
         return held[item[1]]
     if kind == "tuple":
         return tuple(_build(i, values, held, tensors) for i in item[1])
-    if kind == "list":
-        return [_build(i, values, held, tensors) for i in item[1]]
     if kind == "bound":
         return types.MethodType(_build(item[1], values, held, tensors), _build(item[2], values, held, tensors))
     if kind == "partial":
@@ -250,8 +242,8 @@ def make_recall(items: tuple, got: Got, key: tuple, watched: list, output, shape
     stale, checks = (got.reads.stale, got.reads.checks) if got.reads is not None else (None, [])
     checks = [] if stale is not None else checks  # NOTE [State the frame writes around a reentrant call]
     owners = [c[1] for c in checks if c[0] == "attr"]
-    why = "a closure variable of its function is written after the call" if _written_after(
-        got.cells, fn.__code__, at_break, output.__dict__.get("break_cells")) else None
+    why = "a closure variable of its function is written after the call" if _written_after(got.cells, fn.__code__,
+                                                                                           at_break) else None
     if why is None and got.reads is not None and got.reads.written_after(output.side_effects, at_break):
         why = "a value made in the frame that its function reads is written after the call (NOTE [State the " \
               "frame writes around a reentrant call])"
@@ -282,13 +274,8 @@ def make_recall(items: tuple, got: Got, key: tuple, watched: list, output, shape
 # written after a break (a STORE_DEREF or DELETE_DEREF of it in the root's code, a cell of an inlined frame), or
 # written by a function of the root's code through `nonlocal`, the frame is traced again with that call a break
 # (`RetraceWithBreak`; the calls are kept in the frame's LazyDecisions across its traces): torch's checkpoint runs
-# there with the real function and cells. The same where the getter cannot be made. At a break, a cell of an
-# inlined frame that has returned by then (not a cell of a frame active at the break: `break_cells`, noted by
-# nonreentrant_cells.note_break when the trace stops there) and that no function of its code writes cannot be
-# written after it, nor can a root cell stored only before the loop that holds the call (transformers'
-# create_custom_forward, a closure made in a module's forward, checkpoint_sequential's segments, followed by a
-# print: review revBJ HIGH-1, where the call had become a break). On the last of the frame's traces the frame
-# runs eagerly instead (an internal error, logged). A cell of an inlined frame is checked the
+# there with the real function and cells. The same where the getter cannot be made. On the last of the frame's
+# traces the frame runs eagerly instead (an internal error, logged). A cell of an inlined frame is checked the
 # same way against the functions made by that frame's code (`CellValue.made_in`): a `def bump(v): nonlocal s`
 # made there and left in a global list is called by the user after the forward (review hhuntG7 HIGH-1; before,
 # only the root's cells were checked, and the backward read the old s).
@@ -311,16 +298,13 @@ def retrace(output, key: tuple, why: str):
     raise RetraceWithBreak(why)
 
 
-def _written_after(cells: list, code, at_break: bool, active: set | None = None) -> bool:
-    """Whether a cell of `cells` may hold another value when the backward recomputes; `active`: the ids of the cells
-    of the frames active at the break (None: not known), NOTE [Cells written after the call]."""
+def _written_after(cells: list, code, at_break: bool) -> bool:
     from .sources import LocalSource
     from .values.base import LazyArg
     for cell, held, name, later in cells:
         same = cell.contents is held or isinstance(held, LazyArg) and \
             getattr(cell.contents, "source", None) == LocalSource(held.name)  # the argument, read since
-        if cell.deleted or not same or (at_break and (later if name is not None else
-                                                      active is None or id(cell) in active)):
+        if cell.deleted or not same or (at_break and (name is None or later)):
             return True
         if name is not None and _nested_writes(code, name):
             return True
@@ -331,11 +315,10 @@ def _written_after(cells: list, code, at_break: bool, active: set | None = None)
 
 def stored_after(tx) -> set:
     """The cells the frame of translator `tx` may write after its current instruction: a STORE_DEREF or
-    DELETE_DEREF after it, or in the body of a loop that holds it (one before the loop runs no more)."""
+    DELETE_DEREF after it, or anywhere where a loop holds it."""
     insts, at = tx.program.insts, tx.current.index if tx.current is not None else 0
-    loops = [(i.arg, i.index) for i in insts if "JUMP" in i.name and isinstance(i.arg, int) and i.arg <= at <= i.index]
-    return {i.arg for i in insts if i.name in ("STORE_DEREF", "DELETE_DEREF") and
-            (i.index > at or any(start <= i.index <= end for start, end in loops))}
+    looped = any("JUMP" in i.name and isinstance(i.arg, int) and i.arg <= at <= i.index for i in insts)
+    return {i.arg for i in insts if i.name in ("STORE_DEREF", "DELETE_DEREF") and (looped or i.index > at)}
 
 
 def _writes(code, name: str) -> bool:
