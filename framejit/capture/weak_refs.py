@@ -10,8 +10,7 @@ class until it ran eagerly.
 `weakref.ref(obj)` with no callback is a `WeakRefValue` over the referent's value when the referent is an
 object the emitted code rebuilds as the same object: one read through a source (reloaded), or a list, dict
 or object made while tracing (built once: NOTE [One object per value]). Calling it in the trace answers the
-referent where the trace still holds it (NOTE [Referents made in the frame that
-nothing holds]); where it outlives the graph it is rebuilt as `weakref.ref(<referent>)`
+referent (alive: the frame holds it); where it outlives the graph it is rebuilt as `weakref.ref(<referent>)`
 after the graph, which is eager's object (CPython shares the one callback-free ref of an object) or an equal
 one, dead exactly when eager's would be. A type without weak reference support raises eager's TypeError.
 Anything else (a callback, a tensor or constant referent, a subclass of ref) is a graph break.
@@ -49,8 +48,7 @@ class WeakRefValue(Value):
     def call_in_trace(self, tx, args: list[Value], kwargs: dict[str, Value]) -> Value:
         if args or kwargs:
             raise UserException(TypeError(f"weakref() takes no arguments ({len(args) + len(kwargs)} given)"))
-        from .weak_ref_lifetimes import referent_alive  # NOTE [Referents made in the frame that nothing holds]
-        return self.referent if referent_alive(tx, self.referent) else ConstantValue(None)
+        return self.referent
 
     def rebuild_call(self) -> tuple:
         """(callable, argument values) that make the object after the graph (codegen's `emit`)."""

@@ -1,9 +1,6 @@
 """Red team hhuntG9 (issue 12): facts a compiled entry relied on, changed between calls. Differential: each
 program runs eagerly and compiled over several calls with the same change made before each call; values and
 the state observed after each call are compared."""
-import weakref
-
-import pytest
 import torch
 
 import framejit
@@ -77,43 +74,3 @@ def _method_objects_reinitialised():
 
 def test_method_objects_reinitialised_in_place():
     _differential(_method_objects_reinitialised)
-
-
-class _O:
-    pass
-
-
-def _weak_del(x):
-    o = _O()
-    r = weakref.ref(o)
-    del o
-    return x + 1, r() is None
-
-
-def _weak_rebound(x):
-    o = _O()
-    r = weakref.ref(o)
-    o = None
-    return x + 1, r() is None, o
-
-
-def _weak_popped(x):
-    held = [_O(), _O()]
-    r = weakref.ref(held[0])
-    held.pop(0)
-    return x + 1, r() is None, len(held)
-
-
-def _weak_still_held(x):
-    o = _O()
-    held = {"o": o}
-    r = weakref.ref(o)
-    del o
-    return x + 1, r() is None, r() is held["o"]
-
-
-@pytest.mark.parametrize("fn", [_weak_del, _weak_rebound, _weak_popped, _weak_still_held],
-                         ids=["del", "rebound", "popped", "still_held"])
-def test_weak_reference_to_an_object_the_frame_dropped(fn):
-    """NOTE [Referents made in the frame that nothing holds]: eager frees the referent at the `del`."""
-    _differential(lambda: (fn, [lambda: (lambda: None)] * 3))
