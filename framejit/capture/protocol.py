@@ -180,11 +180,19 @@ def _container_binary(tx, fn: Callable, a: Value, b: Value) -> Value | None:
             raise UserException(TypeError(f'can only concatenate {a.cls.__name__} (not "{b.cls.__name__}") '
                                           f'to {a.cls.__name__}'))
         cls = a.cls if a.cls in (list, tuple, collections.deque) else tuple  # deque + deque is a deque
-        if a.cls is torch.Size and b.cls in (tuple, torch.Size):
-            from .sym_arith import size_concat  # NOTE [Size arithmetic stays symbolic]
-            return size_concat(a, b) or ConstantValue(torch.Size(a.as_constant() + b.as_constant()))
+        made = _size_concat(a, b)  # NOTE [Size arithmetic stays symbolic]
+        if made is not None:
+            return made
         return (TupleValue if cls is tuple else ListValue)(a.items + b.items, cls=cls)
     return None
+
+
+def _size_concat(a: SequenceValue, b: SequenceValue) -> Value | None:
+    """`size + tuple`, and `tuple + size` (CPython tries Size.__radd__ first: a Size, revBL PRE-2), or None."""
+    from .sym_arith import size_concat
+    if a.cls is torch.Size and b.cls in (tuple, torch.Size):
+        return size_concat(a, b) or ConstantValue(torch.Size(a.as_constant() + b.as_constant()))
+    return size_concat(a, b) if a.cls is tuple and b.cls is torch.Size else None
 
 
 def _symbolic_binary(tx, fn: Callable, a: Value, b: Value) -> Value | None:

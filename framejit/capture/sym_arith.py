@@ -221,9 +221,9 @@ def compare_sequences(tx, fn: Callable, a: Value, b: Value) -> Value | None:
 
 
 def size_concat(a: Value, b: Value) -> Value | None:
-    """`size + tuple` (a torch.Size with symbolic items): a torch.Size of the items, kept symbolic."""
-    if isinstance(a, SequenceValue) and a.cls is torch.Size and isinstance(b, SequenceValue) and \
-            b.cls in (tuple, torch.Size) and _int_items(a) and _int_items(b) and \
+    """`size + tuple`, `tuple + size` (torch.Size.__radd__) with symbolic items: a torch.Size, kept symbolic."""
+    if isinstance(a, SequenceValue) and isinstance(b, SequenceValue) and torch.Size in (a.cls, b.cls) and \
+            {a.cls, b.cls} <= {tuple, torch.Size} and _int_items(a) and _int_items(b) and \
             any(is_sym(i) for i in (*a.items, *b.items)):
         return TupleValue(a.items + b.items, cls=torch.Size)
     return None

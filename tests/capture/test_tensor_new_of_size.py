@@ -48,3 +48,16 @@ def test_legacy_constructors_of_a_size_make_that_shape():
         b = torch.FloatTensor(torch.Size([r.shape[0], 2])).fill_(2.0)
         return a, b, torch.Tensor((1.5, 2.5)), torch.DoubleTensor(r.shape).fill_(3.0)
     _same(f)
+
+
+def tuple_plus_size(x):
+    s = (2,) + x.shape  # torch.Size.__radd__: a Size, which Tensor.new reads as a shape
+    return type(s).__name__, tuple(x.new(s).shape), type(s + (1,)).__name__
+
+
+def test_tuple_plus_symbolic_size_is_a_size():
+    """revBL PRE-2: with symbolic sizes `(2,) + x.shape` was a tuple, and x.new(it) a tensor of its numbers."""
+    compiled = framejit.compile(tuple_plus_size, backend="eager")
+    for n in (2, 3, 4):
+        x = torch.randn(n, 3)
+        assert compiled(x) == tuple_plus_size(x), n
