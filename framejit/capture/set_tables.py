@@ -55,10 +55,11 @@ def table(s: Any) -> tuple | None:
 
 
 def set_from_ops(cls: type, ops: list) -> Any:
-    """The set `cls()` after `ops`, (True, key) adding and (False, key) discarding (NOTE above)."""
+    """The set `cls()` after `ops`, (True, key) adding, (False, key) discarding and (None, key) popping (the pop
+    takes `key`: NOTE [Set finger replayed]) (NOTE above)."""
     s = cls()
     for adding, key in ops:
-        (set.add if adding else set.discard)(s, key)
+        _apply(s, adding, key)
     return s
 
 
@@ -90,7 +91,7 @@ def _templates(real, order: list):
 
 def _synthesized(real: set, goal: tuple) -> list | None:
     mask, fill, used, finger, slots = goal
-    if finger or mask > (1 << 16):
+    if mask > (1 << 16) or finger > mask + 1 or (finger and slots[finger - 1] is None):
         return None
     occupied = [j for j, slot in enumerate(slots) if slot is not None]
     elements = {id(key): key for key in real}
@@ -103,11 +104,58 @@ def _synthesized(real: set, goal: tuple) -> list | None:
     for j in occupied:  # every non-empty slot of the real table holds a filler (no dummy yet: each lands first)
         if j not in fillers.at:
             ops.append((True, fillers.take(j)))
+    at_finger = fillers.at.get(finger - 1) if finger else None
     for j, slot in enumerate(slots):  # each element replaces its slot's filler: the only dummy on its path
         if slot is not None and slot is not _DUMMY:
             ops += [(False, fillers.at.pop(j)), (True, elements[slot[1]])]
     ops += [(False, fillers.at.pop(j)) for j in sorted(fillers.at)]
+    if finger:
+        return _with_finger(ops, goal, at_finger) if at_finger is not None else None
     return ops if table(set_from_ops(set, ops)) == goal else None
+
+
+# NOTE [Set finger replayed]: set.pop() takes the first live slot from `finger` (wrapping), leaves a dummy there as
+# a discard does, and sets `finger` to that slot + 1 (add and discard leave it). A table the program pop()ed
+# (the worklist `while todo: todo.pop()`, even left empty) is rebuilt by the synthesized history above with the
+# discard of the filler at slot `finger - 1` made a pop, alone or with earlier discards made pops where each pop
+# takes the very key the discard removed (read from the table being replayed); the result is checked like every
+# other rebuild, never assumed (revBO MED-1: such sets refused, the frame ran as Python).
+def _with_finger(ops: list, goal: tuple, key: int) -> list | None:
+    last = max((i for i, (adding, k) in enumerate(ops) if adding is False and k == key), default=None)
+    if last is None:
+        return None
+    single = ops[:last] + [(None, key)] + ops[last + 1:]
+    if table(set_from_ops(set, single)) == goal:
+        return single
+    if goal[0] > (1 << 8):  # each step below reads the whole table
+        return None
+    s, chain = set(), []
+    for i, (adding, k) in enumerate(ops):
+        if adding is False and i <= last and _pop_takes(s, k):
+            adding = None
+        chain.append((adding, k))
+        _apply(s, adding, k)
+    return chain if table(set_from_ops(set, chain)) == goal else None
+
+
+def _apply(s: set, adding, key) -> None:
+    if adding is None:
+        set.pop(s)
+    else:
+        (set.add if adding else set.discard)(s, key)
+
+
+def _pop_takes(s: set, key) -> bool:
+    """Whether s.pop() takes `key` now (the first live slot from the finger, wrapping)."""
+    now = table(s)
+    if now is None or not now[2]:
+        return False
+    mask, slots = now[0], now[4]
+    for step in range(mask + 1):
+        slot = slots[(now[3] + step) & mask]
+        if isinstance(slot, tuple):
+            return slot[1] == id(key)
+    return False
 
 
 class _Fillers:

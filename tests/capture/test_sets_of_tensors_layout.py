@@ -215,3 +215,42 @@ def test_set_operators_on_sets_of_parameters_stay_in_the_graph():
         x = torch.randn(n, 3)
         assert torch.equal(compiled(x), _param_groups(x))
     assert framejit.stats()["eager_frames"] == before
+
+
+def _worklist_then_print(x, k):
+    y = x + 1
+    pending = set(range(k, k + 3))
+    while pending:
+        y = y + pending.pop()
+    print("brk")
+    return y * 2
+
+
+def _popped_live_across_print(x, k):
+    s = set(range(k, k + 6))
+    y = x * s.pop()
+    print("brk")
+    return y + len(s), s
+
+
+def test_popped_sets_at_a_break_keep_their_table_and_the_frame_its_graphs():
+    """revBO MED-1: a set that was pop()ed (its table's `finger` moved), live at a print() break, even left empty
+    by the worklist loop `while todo: todo.pop()`, was refused at codegen, so the whole frame ran as Python.
+    NOTE [Set finger replayed]: the rebuild replays the pop; the caller's adds and pops iterate as eager's."""
+    from tests.helpers import eager_frames
+    for fn in (_worklist_then_print, _popped_live_across_print):
+        framejit.reset()
+        compiled = framejit.compile(fn, backend="eager", dynamic=False)
+        before = eager_frames()
+        for k, n in ((0, 2), (3, 3), (0, 4)):
+            x = torch.arange(float(n))
+            with contextlib.redirect_stdout(io.StringIO()):
+                expected, got = fn(x, k), compiled(x, k)
+            if fn is _worklist_then_print:
+                assert torch.equal(got, expected), k
+                continue
+            assert torch.equal(got[0], expected[0]), k
+            for s in (expected[1], got[1]):
+                s.update(range(7, 19))
+            assert list(got[1]) == list(expected[1]) and got[1].pop() == expected[1].pop(), k
+        assert eager_frames() == before, fn.__name__
