@@ -226,9 +226,10 @@ def check_random_run_aheads(out, before: int | None = None) -> None:
             raise record.error()
 
 
-def check_run_ahead_effects(out, before: tuple[int, int], f: Any, frame_eager: bool) -> bool:
-    """Whether the run ahead of generator `f` drew random numbers (kept: RandomRunAhead); raises when it set
-    torch state, or drew with finalizers."""
+def check_run_ahead_effects(out, before: tuple[int, int], f: Any, frame_eager: bool, child: Any) -> bool:
+    """Whether the run ahead of generator `f` (translator `child`) drew random numbers (kept: RandomRunAhead);
+    raises when it set torch state, drew with finalizers, or wrote a cell a closure it yielded reads (NOTE [Cells
+    written after a yield])."""
     from .lazy_generators import lazy_from_now
     effects, draws = run_ahead_effects(out)
     if effects != before[0]:  # its grad-mode sets run where eager runs them
@@ -238,9 +239,28 @@ def check_run_ahead_effects(out, before: tuple[int, int], f: Any, frame_eager: b
         e = Unsupported(BreakKind.SIDE_EFFECT, f"the generator {f.__qualname__} draws random numbers: it runs lazily")
         e.retry_lazy, e.frame_eager = f.__code__, frame_eager
         raise lazy_from_now(e, f.__code__)
+    check_cells_written_after_yield(out, child, f, frame_eager)
     return draws != before[1]
 
 
-__all__ = ["RandomCombinator", "RandomRunAhead", "check_random_run_aheads", "check_run_ahead_effects", "closure_cells",
+# NOTE [Cells written after a yield]: a generator run ahead (NOTE [Eager generators] in translator.py) ran its whole
+# body before its consumer drew; a closure it yields over one of its cells (`s = 1.5; yield lambda t: t * s; s = 3.0`),
+# called by the consumer while eager's generator is still suspended at that yield, read the cell's value at the end of
+# the run (3.0; eager 1.5: issue 12). A cell made while tracing that the run wrote (SideEffects.bump) after a yield
+# whose value reaches it makes the generator traced again lazily (`retry_lazy`), stepped in the consumer's order.
+def check_cells_written_after_yield(out, child: Any, f: Any, frame_eager: bool) -> None:
+    from .lazy_generators import lazy_from_now
+    touched = out.side_effects.touched
+    for value, at in zip(child.yielded, child.yield_touched):
+        later = {id(c) for c in touched[at:] if isinstance(c, CellValue)}
+        if later and later & reachable_values([value]):
+            e = Unsupported(BreakKind.SIDE_EFFECT, f"the generator {f.__qualname__} yields a closure over a cell "
+                            "it writes later: it runs lazily")
+            e.retry_lazy, e.frame_eager = f.__code__, frame_eager
+            raise lazy_from_now(e, f.__code__) if frame_eager else e
+
+
+__all__ = ["RandomCombinator", "RandomRunAhead", "check_cells_written_after_yield", "check_random_run_aheads",
+           "check_run_ahead_effects", "closure_cells",
            "drawn_under_other_state", "eager_draws", "function_defaults", "generator_roots", "keep_random_run_ahead", "reachable_value_map", "reachable_values", "run_ahead_effects",
            "torch_state"]

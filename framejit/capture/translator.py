@@ -514,7 +514,7 @@ class Translator:
             return side_effects.version != version or any(
                 id(v) in reachable for v in side_effects.touched[touched:])
         start = (side_effects.version, len(side_effects.touched))
-        child.yielded, child.yield_draws = [], []  # the random-draw count at each yield: RandomRunAhead
+        child.yielded, child.yield_draws, child.yield_touched = [], [], []  # draws, touches at each yield
         child.yield_state = state = torch_state(self.output)  # NOTE [Torch state across yields] in handlers/blocks.py
         effects = run_ahead_effects(self.output)  # its grad-mode sets and random draws run where eager runs them
         returned, stepped = collect_steps(lambda: _run_within_budget(self.output, child, f))  # NOTE [Run-ahead step
@@ -526,7 +526,7 @@ class Translator:
         # eagerly (also when an inlined callee made it: the callee may return it to this frame). One whose
         # run changed state is traced again lazily (NOTE [Generators with finalizers traced lazily]).
         frame_eager = has_handlers(f.__code__) or child.delegates_finalizers
-        drew = check_run_ahead_effects(self.output, effects, f, frame_eager)  # kept below: RandomRunAhead
+        drew = check_run_ahead_effects(self.output, effects, f, frame_eager, child)  # kept below: RandomRunAhead
         if mutated_since(*start):
             e = Unsupported(BreakKind.SIDE_EFFECT, f"the generator {f.__qualname__} mutates state: it runs "
                             "lazily, as Python")

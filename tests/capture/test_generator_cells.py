@@ -91,3 +91,61 @@ def test_a_generator_over_an_unchanged_cell_stays_in_one_graph():
     report = framejit.explain(unchanged_cell)(torch.ones(3))
     assert report.graph_count == 1 and report.graph_break_count == 0
     _same(compiled(torch.ones(4)), unchanged_cell(torch.ones(4)))
+
+
+# NOTE [Cells written after a yield] (issue 12): a closure a generator yields over one of its own cells, called while
+# the generator is suspended, reads the cell's value at that yield, not the one the rest of the body writes later.
+def _scaled():
+    s = 1.5
+    yield lambda t: (t * s).sin()
+    s = 3.0
+    yield None
+
+
+def _per_step():
+    for i in range(3):
+        yield lambda t: t * i
+
+
+def closure_never_resumed(x):
+    g = _scaled()
+    f = next(g)
+    return f(x).sum()
+
+
+def closure_around_a_resume(x):
+    g = _scaled()
+    f = next(g)
+    y = f(x)
+    next(g)
+    return y.sum(), f(x).sum()
+
+
+def closure_per_step(x):
+    return [f(x) for f in _per_step()]
+
+
+def closures_after_the_end(x):
+    return [f(x) for f in list(_per_step())]
+
+
+def closure_over_a_cell_set_before_the_yield(x):
+    def gen():
+        s = 2.0
+        yield lambda t: t * s
+    return next(gen())(x)
+
+
+WRITTEN_AFTER = [closure_never_resumed, closure_around_a_resume, closure_per_step, closures_after_the_end,
+                 closure_over_a_cell_set_before_the_yield]
+
+
+@pytest.mark.parametrize("fn", WRITTEN_AFTER, ids=[f.__name__ for f in WRITTEN_AFTER])
+def test_a_yielded_closure_reads_the_cell_as_the_suspended_generator_left_it(fn):
+    compiled = framejit.compile(fn, backend="eager")
+    for n in (2, 3, 2):
+        x = torch.arange(float(n)) / 3 + n
+        a, b = compiled(x), fn(x)
+        _same(list(a) if isinstance(a, tuple) else a, list(b) if isinstance(b, tuple) else b)
+    report = framejit.explain(fn)(torch.ones(3))  # traced lazily, still in one graph
+    assert report.graph_count == 1 and report.graph_break_count == 0

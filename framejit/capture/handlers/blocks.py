@@ -144,6 +144,7 @@ def yield_value(tx, inst):
     tx.yielded.append(tx.pop())
     if getattr(tx, "yield_draws", None) is not None:  # NOTE [Random draws of run-ahead generators]
         tx.yield_draws.append(tx.output.__dict__.get("random_draws", 0))
+        tx.yield_touched.append(len(tx.output.side_effects.touched))  # NOTE [Cells written after a yield]
     tx.push(ConstantValue(None))
     tx.suspended = tx.suspend_at_yield  # NOTE [Generator context managers]
 
