@@ -774,26 +774,11 @@ BUILTIN_HANDLERS[operator.is_not] = _statement(operator.is_not, 2,
                                                lambda tx, a, b: ConstantValue(not is_same(tx, a, b)))
 
 
-@handles(set)
-def _set(tx, args, kwargs):
-    from .identity_keys import set_operand
-    return SetValue(set(set_operand(tx, args[0])) if args else set(), exact=True)  # NOTE [Set order]
-
-
-@handles(frozenset)
-def _frozenset(tx, args, kwargs):
-    from .container_methods import frozen_set_value
-    from .identity_keys import set_operand
-    if args and not kwargs and ((isinstance(args[0], SetValue) and args[0].cls is frozenset) or
-                                (isinstance(args[0], ConstantValue) and type(args[0].value) is frozenset)):
-        return args[0]  # CPython returns an exact frozenset itself (revBO HIGH-2)
-    return frozen_set_value(frozenset(set_operand(tx, args[0])) if args else frozenset())
-
-
 __all__ = ["BUILTIN_HANDLERS"]
 
 from . import itertools_support, mappings, state_blocks, stdlib, type_checks  # noqa: E402,F401  (register their handlers)
 from . import string_formats  # noqa: E402,F401  (NOTE [format_map through the mapping's protocol])
+from . import set_builtins  # noqa: E402,F401  (set() and frozenset())
 from . import user_exceptions  # noqa: E402,F401  (NOTE [Exceptions with a Python __init__])
 from . import pytree_support  # noqa: E402  (NOTE [pytree calls])
 pytree_support.register(BUILTIN_HANDLERS)

@@ -61,16 +61,24 @@ def isdisjoint_by_iteration(s, other, contains):
 
 
 
+_MISSING = object()
+
+
 def check_reversible(value) -> None:
     """reversed() of an iterator (a generator, list_iterator, map, ...) raises as CPython's does: its type has no
-    __reversed__ and is no sequence (revBF PRE-2: the trace drew it and reversed the items)."""
+    __reversed__ and is no sequence (revBF PRE-2: the trace drew it and reversed the items); so does reversed() of
+    a set or frozenset, and of a class whose __reversed__ is None (revBO HIGH-1)."""
     from .breaks import UserException
     from .carried_loops import CarriedIteratorValue
     from .values import IteratorValue
-    cls = value.python_type() if isinstance(value, (IteratorValue, CarriedIteratorValue)) else None
-    if isinstance(cls, type) and getattr(cls, "__reversed__", None) is None and \
-            not (hasattr(cls, "__getitem__") and hasattr(cls, "__len__")):
-        name = cls.__name__ if cls.__module__ == "builtins" else f"{cls.__module__}.{cls.__qualname__}"  # tp_name
+    from .values import ListValue, NewObjectValue, SetValue, TupleValue
+    kinds = (IteratorValue, CarriedIteratorValue, SetValue, ListValue, TupleValue, NewObjectValue)
+    cls = value.python_type() if isinstance(value, kinds) else None
+    rev = getattr(cls, "__reversed__", _MISSING)  # None: declared not reversible (revBO HIGH-1)
+    if isinstance(cls, type) and (rev is None or rev is _MISSING and
+                                  not (hasattr(cls, "__getitem__") and hasattr(cls, "__len__"))):
+        heap = cls.__flags__ & (1 << 9)  # Py_TPFLAGS_HEAPTYPE: a class statement's tp_name is its bare name
+        name = cls.__name__ if heap or cls.__module__ == "builtins" else f"{cls.__module__}.{cls.__qualname__}"
         raise UserException(TypeError(f"'{name}' object is not reversible"))
 
 

@@ -62,3 +62,37 @@ def test_reversed_iterator_argument_is_advanced_as_in_eager():
         torch.testing.assert_close(actual, expected)
         assert list(compiled_it) == list(eager_it)
     assert eager_frames() == before
+
+
+class _NotReversible(list):
+    __reversed__ = None
+
+
+def _reversed_of(x, s, kind):
+    made = {"set": {3, 1, 2}, "frozenset": frozenset([5, 6]), "declared": _NotReversible([1, 2]), "arg": s}[kind]
+    try:
+        return x + sum(reversed(made)), None
+    except TypeError as e:
+        return x - 1, str(e)
+
+
+def _constructed_with_keywords(x, s, kind):
+    try:
+        made = set(iterable=s) if kind == "set" else frozenset(iterable=s) if kind == "frozenset" else set(s, s)
+        return x + len(made), None
+    except TypeError as e:
+        return x - 1, str(e)
+
+
+def test_reversed_of_a_set_or_of_a_class_declared_not_reversible_raises_as_in_eager():
+    # reversed() of a set, a frozenset or a list subclass whose __reversed__ is None gave the items reversed where
+    # CPython raises TypeError (review revBO HIGH-1); set()/frozenset() with keyword or extra arguments made a set
+    # where CPython raises (review revBS H3: frozenset(iterable=s) was an empty frozenset)
+    for fn in (_reversed_of, _constructed_with_keywords):
+        compiled = framejit.compile(fn, backend="eager")
+        for kind in ("set", "frozenset", "declared", "arg"):
+            for k in (1, 2):
+                x, s = torch.full((2,), float(k)), {k, k + 1}
+                got, want = compiled(x, s, kind), fn(x, s, kind)
+                torch.testing.assert_close(got[0], want[0])
+                assert got[1] == want[1] and want[1] is not None
