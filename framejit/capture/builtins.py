@@ -28,7 +28,7 @@ from .lazy_generators import LazyGeneratorValue, drain_whole
 from .values.iterator_claims import ends_with, mark_ended_in_order  # NOTE [Combinators drawn to their end]
 from .values.containers import dict_iterator, drain_lent, drain_zipped, drawn_ahead_checked, iterates_as_tuple, \
     lent_error
-from .values import (ClassValue, ConstantValue, DictValue, IteratorValue, ListValue, SetValue,
+from .values import (ClassValue, ConstantValue, DictValue, IteratorValue, ListValue,
                      TensorValue, TupleValue, Value)
 
 Handler = Callable[..., Value]
@@ -778,7 +778,8 @@ __all__ = ["BUILTIN_HANDLERS"]
 
 from . import itertools_support, mappings, state_blocks, stdlib, type_checks  # noqa: E402,F401  (register their handlers)
 from . import string_formats  # noqa: E402,F401  (NOTE [format_map through the mapping's protocol])
-from . import set_builtins  # noqa: E402,F401  (set() and frozenset())
+from . import set_builtins  # noqa: E402  (set() and frozenset())
+set_builtins.register(BUILTIN_HANDLERS)
 from . import user_exceptions  # noqa: E402,F401  (NOTE [Exceptions with a Python __init__])
 from . import pytree_support  # noqa: E402  (NOTE [pytree calls])
 pytree_support.register(BUILTIN_HANDLERS)
