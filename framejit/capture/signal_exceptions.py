@@ -13,19 +13,20 @@ before the frame's first instruction. No entry is made for that call (an eager-f
 it compiled is dropped: the frame does not run eagerly): the next call compiles the frame again. The handlers are put back after the compilation (unless one was replaced meanwhile); a handler that
 raises nothing behaves as before.
 
-NOTE [Signal handlers deferred to safe points]: the handler no longer runs where the signal arrives. It ran
+NOTE [Signal handlers deferred to safe points]: the handler no longer runs wherever the signal arrives. It ran
 between two bytecodes of torch's own code as often as of framejit's (most of a compilation is fake-tensor
 propagation), and those are not written to be left half way: a TimeoutError raised inside FakeTensorMode's
 dispatch left torch's thread-local mode state set (the next compilation of the process asserted in
 `in_kernel_invocation_manager`, or aborted the interpreter: "trying to set the current FakeTensorMode, but one
 already exists"), and one raised between `logging._acquireLock()` and its `try` left the logging lock held by
 the main thread, so that every other thread's first log call deadlocked (a `tests/capture/test_threads.py`
-run hung behind test_signal_handlers' timer). While a frame compiles, the wrapper only records the signal;
-the handler runs at the next safe point: the top of the tracer's instruction loop (`poll()`, between two
-traced instructions, where framejit's own state is whole) or the end of the compilation, with the frame the
-signal interrupted. What it raises is raised from the call as before. Ctrl-C (`default_int_handler`) is
-deferred the same way, so a KeyboardInterrupt while a frame compiles leaves torch usable. A signal that
-arrives again before its handler ran is handled once, as the operating system merges a pending signal.
+run hung behind test_signal_handlers' timer). While a frame compiles and the main thread is inside such state
+(NOTE [Deferred only where fragile]), the wrapper only records the signal; the handler runs at the next safe
+point: the top of the tracer's instruction loop (`poll()`, between two traced instructions, where framejit's
+own state is whole) or the end of the compilation, with the frame the signal interrupted. What it raises is
+raised from the call as before. Ctrl-C (`default_int_handler`) is handled the same way, so a KeyboardInterrupt
+while a frame compiles leaves torch usable. A signal that arrives again before its handler ran is handled
+once, as the operating system merges a pending signal.
 """
 from __future__ import annotations
 
